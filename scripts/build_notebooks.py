@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Build the course notebooks from their sources, stamp them, and (re-)execute them.
+
+Sources live in ``notebooks/src/NN_name.py`` in the "percent" format (as jupytext writes it):
+
+    # %% [markdown]
+    # # A title
+    # Some prose.
+
+    # %% tags=["nbval-ignore-output"]
+    print("a code cell whose output nbval will not compare")
+
+    # %% [setup] extras=["peft"]
+    (the standard setup cell is generated here; extras are installed on Colab only if missing)
+
+The first markdown cell gets the Colab badge and the prev/next links stamped under it, from
+``course_utils.about`` (the one place that names the repository).
+
+Usage (from the repo root, with the course environment):
+
+    python scripts/build_notebooks.py            # build every notebook (no outputs)
+    python scripts/build_notebooks.py --execute  # build and execute top to bottom on CPU, save outputs
+    python scripts/build_notebooks.py --execute 02_mixed_precision   # one notebook
+    python scripts/build_notebooks.py --check    # exit 1 if a committed notebook drifted from its source
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "notebooks" / "src"
+OUT = ROOT / "notebooks"
+sys.path.insert(0, str(ROOT))
+
+from course_utils import about  # noqa: E402
+
+CELL_MARK = re.compile(r"^# %%(?P<rest>.*)$")
+
+#: Environment for executing notebooks: CPU only, offline, fixed hashing, quiet progress bars.
+EXEC_ENV = {
+    "CUDA_VISIBLE_DEVICES": "",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONHASHSEED": "0",
+    "PYTHONWARNINGS": "ignore::DeprecationWarning",
+}
+
+
+def setup_cell_source(extras: list[str]) -> str:
+    """The standard first code cell: install on Colab only, then print versions and hardware."""
+    extras_list = ", ".join(repr(e) for e in extras)
+    return f'''# Setup. nbval-ignore-output: versions and hardware differ from machine to machine.
+# On Colab this installs the course helpers and bitsandbytes. It never installs torch: Colab's own CUDA build stays.
+import importlib.util, os, subprocess, sys
+
+def _missing(name):
+    try:
+        return importlib.util.find_spec(name) is None
+    except ModuleNotFoundError:
+        return True
+
+if any(k.startswith("COLAB_") for k in os.environ) or not _missing("google.colab"):
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["--no-deps", "{about.install_spec()}"], check=True)
+    subprocess.run(pip + ["bitsandbytes"] + [p for p in [{extras_list}] if _missing(p)], check=True)
+
+from course_utils.hardware import setup_report
+print(setup_report())'''
+
+
+def stamp_header(index: int) -> str:
+    """Badge and prev/next links for notebook number ``index`` in :data:`about.NOTEBOOKS`."""
+    nbs = about.NOTEBOOKS
+    me = nbs[index]
+    badge = (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+             f"({about.colab_url(me.filename)})")
+    prev_link = f"← Previous: [{nbs[index - 1].title}]({nbs[index - 1].filename})" if index > 0 else "← Start of the module"
+    next_link = (f"Next: [{nbs[index + 1].title}]({nbs[index + 1].filename}) →" if index + 1 < len(nbs)
+                 else "End of the module →")
+    return f"{badge}\n\n{prev_link} · {next_link}"
+
+
+def parse_source(text: str) -> list[nbformat.NotebookNode]:
+    """Split a percent-format source into notebook cells."""
+    cells: list[nbformat.NotebookNode] = []
+    kind, meta, lines = None, "", []
+
+    def flush() -> None:
+        if kind is None:
+            return
+        body = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            md = [re.sub(r"^# ?", "", ln) if ln.startswith("#") else ln for ln in body.split("\n")]
+            cells.append(nbformat.v4.new_markdown_cell("\n".join(md).strip("\n")))
+        elif kind == "setup":
+            m = re.search(r"extras=(\[.*?\])", meta)
+            extras = json.loads(m.group(1)) if m else []
+            cell = nbformat.v4.new_code_cell(setup_cell_source(extras))
+            cell.metadata["tags"] = ["nbval-ignore-output"]
+            cells.append(cell)
+        else:
+            cell = nbformat.v4.new_code_cell(body)
+            m = re.search(r"tags=(\[.*?\])", meta)
+            if m:
+                cell.metadata["tags"] = json.loads(m.group(1))
+            cells.append(cell)
+
+    for line in text.split("\n"):
+        m = CELL_MARK.match(line)
+        if m:
+            flush()
+            rest = m.group("rest").strip()
+            kind = "markdown" if rest.startswith("[markdown]") else "setup" if rest.startswith("[setup]") else "code"
+            meta, lines = rest, []
+        elif kind is not None:
+            lines.append(line)
+    flush()
+    return cells
+
+
+def build(stem: str) -> nbformat.NotebookNode:
+    """The notebook for source ``notebooks/src/<stem>.py``, stamped, without outputs."""
+    names = [nb.filename for nb in about.NOTEBOOKS]
+    filename = f"{stem}.ipynb"
+    if filename not in names:
+        raise SystemExit(f"{filename} is not listed in course_utils/about.py NOTEBOOKS")
+    cells = parse_source((SRC / f"{stem}.py").read_text(encoding="utf-8"))
+    first_md = next(c for c in cells if c.cell_type == "markdown")
+    first_md.source = first_md.source + "\n\n" + stamp_header(names.index(filename))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = cells
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+        "colab": {"provenance": []},
+        "accelerator": "GPU",
+    }
+    for i, cell in enumerate(nb.cells):  # stable ids keep diffs small
+        cell["id"] = f"{stem[:2]}-{i:03d}"
+    return nb
+
+
+def sources_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
+    """What must not drift: each cell's type, source and tags."""
+    return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def execute(nb: nbformat.NotebookNode, timeout: int) -> nbformat.NotebookNode:
+    """Run ``nb`` top to bottom in a fresh kernel of this Python, on CPU, offline."""
+    from nbclient import NotebookClient
+
+    os.environ.update(EXEC_ENV)
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(OUT)}}, store_widget_state=True,
+                            record_timing=False)
+    client.execute()
+    return nb
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="notebook stems, e.g. 01_quantization (default: all)")
+    parser.add_argument("--execute", action="store_true", help="execute and save outputs")
+    parser.add_argument("--check", action="store_true", help="fail if a notebook drifted from its source")
+    parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
+    args = parser.parse_args(argv)
+
+    stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS if (SRC / (Path(nb.filename).stem + ".py")).exists()]
+    status = 0
+    for stem in stems:
+        stem = Path(stem).stem
+        fresh = build(stem)
+        target = OUT / f"{stem}.ipynb"
+        if args.check:
+            if not target.exists() or sources_of(nbformat.read(target, as_version=4)) != sources_of(fresh):
+                print(f"DRIFT: {target.relative_to(ROOT)} differs from notebooks/src/{stem}.py; rebuild it")
+                status = 1
+            continue
+        if args.execute:
+            start = time.perf_counter()
+            execute(fresh, args.timeout)
+            print(f"executed {target.name} in {time.perf_counter() - start:.1f} s")
+        nbformat.write(fresh, target)
+        print(f"wrote {target.relative_to(ROOT)}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""course_utils.hardware: device, bf16 detection, datasheets and peak memory, without needing a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import hardware
+
+
+def test_pick_device_is_cpu_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert hardware.pick_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("capability, native, dtype", [
+    ((7, 5), False, torch.float16),   # T4: bf16 only through emulation
+    ((7, 0), False, torch.float16),   # V100
+    ((8, 0), True, torch.bfloat16),   # A100
+    ((8, 9), True, torch.bfloat16),   # L4
+    ((9, 0), True, torch.bfloat16),   # H100, H200
+])
+def test_bf16_native_follows_compute_capability(monkeypatch: pytest.MonkeyPatch, capability, native, dtype) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    # A T4 says True here (emulation); the course must not believe it.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert hardware.bf16_native("cuda") is native
+    assert hardware.autocast_dtype("cuda") == dtype
+    assert hardware.needs_loss_scaling(dtype) is (dtype == torch.float16)
+
+
+def test_cpu_autocasts_to_bf16_and_is_not_native_gpu_bf16() -> None:
+    assert hardware.autocast_dtype("cpu") == torch.bfloat16
+    assert hardware.bf16_native("cpu") is False
+    assert hardware.compute_capability("cpu") is None
+
+
+@pytest.mark.parametrize("name, key", [
+    ("Tesla T4", "T4"), ("NVIDIA L4", "L4"), ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"),
+])
+def test_datasheet_lookup(name: str, key: str) -> None:
+    assert hardware.datasheet_for(name) == hardware.DATASHEETS[key]
+
+
+def test_datasheet_lookup_does_not_confuse_similar_names() -> None:
+    assert hardware.datasheet_for("NVIDIA L40S") is None
+    assert hardware.datasheet_for("NVIDIA GeForce RTX 3090") is None
+
+
+def test_seed_h100_figures() -> None:
+    sheet = hardware.DATASHEETS["H100"]
+    assert round(sheet.tensor16_tflops, -1) == 990 and sheet.fp32_tflops == 67
+
+
+def test_bad_device_arguments() -> None:
+    with pytest.raises(ValueError, match="device"):
+        hardware.bf16_native("tpu-ish")
+    with pytest.raises(TypeError, match="device"):
+        hardware.autocast_dtype(3.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="name"):
+        hardware.datasheet_for(None)  # type: ignore[arg-type]
+
+
+def test_peak_memory_on_cpu_says_what_it_measured() -> None:
+    with hardware.track_peak_memory("cpu") as peak:
+        block = torch.ones(4_000_000)  # 16 MB
+    assert peak.bytes >= block.nbytes
+    assert "CPU process peak resident memory" in peak.what
+    assert peak.gb == peak.bytes / 1e9
+
+
+def test_gpu_memory_is_none_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert hardware.gpu_memory_gb() is None
+    assert hardware.current_datasheet() is None
+    assert "CPU only" in hardware.hardware_summary()
+
+
+def test_setup_report_lists_versions() -> None:
+    report = hardware.setup_report()
+    assert "torch" in report and "python" in report
