@@ -168,6 +168,29 @@ def execute(nb: nbformat.NotebookNode, timeout: int) -> nbformat.NotebookNode:
     return nb
 
 
+README = ROOT / "README.md"
+TABLE_START, TABLE_END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
+
+
+def readme_table() -> str:
+    """The README's notebook table, with an Open-in-Colab link for each notebook."""
+    rows = ["| # | Notebook | Open |", "| --- | --- | --- |"]
+    for nb in about.NOTEBOOKS:
+        number = nb.filename.split("_")[0]
+        rows.append(f"| {number} | [{nb.title}](notebooks/{nb.filename}) | "
+                    f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({about.colab_url(nb.filename)}) |")
+    return "\n".join(rows)
+
+
+def stamp_readme(text: str) -> str:
+    """``text`` with the notebook table between the README markers replaced by :func:`readme_table`."""
+    if TABLE_START not in text or TABLE_END not in text:
+        return text
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_START}\n{readme_table()}\n{TABLE_END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="notebook stems, e.g. 01_quantization (default: all)")
@@ -178,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
 
     stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS if (SRC / (Path(nb.filename).stem + ".py")).exists()]
     status = 0
+    readme = README.read_text(encoding="utf-8")
+    if args.check and stamp_readme(readme) != readme:
+        print("DRIFT: README.md's notebook table differs from course_utils/about.py; rebuild it")
+        status = 1
+    elif not args.check and stamp_readme(readme) != readme:
+        README.write_text(stamp_readme(readme), encoding="utf-8")
+        print("stamped README.md notebook table")
     for stem in stems:
         stem = Path(stem).stem
         fresh = build(stem)
