@@ -30,7 +30,8 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _as_device(device: torch.device | str | None) -> torch.device:
+def as_device(device: torch.device | str | None) -> torch.device:
+    """``device`` as a torch.device; None means :func:`pick_device`. Bad values raise ValueError/TypeError."""
     if device is None:
         return pick_device()
     if isinstance(device, str):
@@ -41,6 +42,9 @@ def _as_device(device: torch.device | str | None) -> torch.device:
     if isinstance(device, torch.device):
         return device
     raise TypeError(f"device must be a torch.device, a string or None, got {type(device).__name__}")
+
+
+_as_device = as_device  # the older private name, kept for callers
 
 
 def compute_capability(device: torch.device | str | None = None) -> tuple[int, int] | None:
