@@ -1,0 +1,643 @@
+"""Mixed precision: what 16-bit numbers can and cannot hold, what autocast does, how fast it is.
+
+The notebook ``02_mixed_precision`` calls these helpers. They fall into five groups:
+
+* **formats**: :func:`resolve_dtype`, :func:`format_facts`, :func:`spacing_around`;
+* **tiny updates**: :func:`apply_update`, :func:`smallest_surviving_update`, :func:`repeated_updates`,
+  :func:`update_report` (why the update ``w - lr * grad`` must happen in float32);
+* **range and loss scaling**: :func:`cast_value`, :func:`synthetic_gradients`, :func:`fp16_cast_stats`;
+* **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`time_matmul`,
+  :func:`timing_report`;
+* **training and libraries**: :func:`digits_task`, :func:`make_classifier`, :func:`train_mixed_precision`,
+  :func:`training_arguments_kwargs`, :func:`library_settings`.
+
+Every function takes plain values (a dtype may be given by name: ``"float32"``, ``"bf16"``, ...) and rejects
+bad input with a ``ValueError`` or ``TypeError`` that names the argument and what is allowed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from course_utils import hardware
+
+# --------------------------------------------------------------------------------------------
+# Formats
+# --------------------------------------------------------------------------------------------
+#: The three formats of the lesson, by their PyTorch names.
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_ALIASES: dict[str, str] = {"fp32": "float32", "float": "float32", "bf16": "bfloat16",
+                            "fp16": "float16", "half": "float16"}
+
+def resolve_dtype(dtype: str | torch.dtype, argument: str = "dtype") -> torch.dtype:
+    """The torch dtype for ``dtype``: one of float32, bfloat16, float16, given as a dtype or a name.
+
+    Names may be ``"float32"``/``"fp32"``, ``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``/``"half"``,
+    with or without a ``"torch."`` prefix.
+    """
+    allowed = "float32 (fp32), bfloat16 (bf16) or float16 (fp16)"
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+        raise ValueError(f"{argument} must be {allowed}, got {dtype}")
+    if not isinstance(dtype, str):
+        raise TypeError(f"{argument} must be a torch.dtype or a name such as 'bfloat16', got {type(dtype).__name__}")
+    key = dtype.strip().lower().removeprefix("torch.")
+    key = _ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise ValueError(f"{argument} must be {allowed}, got {dtype!r}")
+    return DTYPES[key]
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """The short name of a lesson dtype: 'float32', 'bfloat16' or 'float16'."""
+    return str(resolve_dtype(dtype)).removeprefix("torch.")
+
+
+class FormatFacts(NamedTuple):
+    """What ``torch.finfo`` says about a floating-point format, plus its smallest subnormal."""
+
+    name: str
+    bits: int
+    mantissa_bits: int       # stored fraction bits (the leading 1 is implicit)
+    eps: float               # gap between 1.0 and the next larger number
+    max: float               # largest finite value
+    smallest_normal: float   # smallest value with full precision
+    smallest_subnormal: float  # smallest value above zero at all (with fewer significant bits)
+
+
+def format_facts(dtype: str | torch.dtype) -> FormatFacts:
+    """Bits, precision and range of ``dtype``, read from ``torch.finfo``."""
+    dt = resolve_dtype(dtype)
+    info = torch.finfo(dt)
+    mantissa_bits = round(-math.log2(info.eps))
+    return FormatFacts(dtype_name(dt), info.bits, mantissa_bits, float(info.eps), float(info.max),
+                       float(info.smallest_normal), float(info.smallest_normal) * float(info.eps))
+
+
+def formats_table(dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
+    """A text table of each format's bits, gap after 1.0, largest value and smallest normal value."""
+    if not dtypes:
+        raise ValueError("dtypes must name at least one format")
+    lines = [f"{'format':>8} | bits (sign/exponent/fraction) | gap after 1.0 | largest value | smallest normal"]
+    for d in dtypes:
+        f = format_facts(d)
+        layout = f"{f.bits} (1/{f.bits - 1 - f.mantissa_bits}/{f.mantissa_bits})"
+        lines.append(f"{f.name:>8} | {layout:>29} | {f.eps:>13.3g} | {f.max:>13.5g} | {f.smallest_normal:>15.3g}")
+    return "\n".join(lines)
+
+
+def _check_real(value: float, argument: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{argument} must be a finite number, got {value}")
+    return value
+
+
+def _check_in_range(value: float, dt: torch.dtype, argument: str) -> float:
+    limit = torch.finfo(dt).max
+    if abs(value) > limit:
+        raise ValueError(f"{argument} must lie within ±{limit:.6g}, the finite range of {dtype_name(dt)}, got {value}")
+    return value
+
+
+def cast_value(value: float, dtype: str | torch.dtype) -> float:
+    """``value`` stored in ``dtype`` and read back as a Python float (inf when it overflows, 0.0 when it flushes)."""
+    value = _check_real(value, "value")
+    return torch.tensor(value, dtype=torch.float64).to(resolve_dtype(dtype)).item()
+
+
+def cast_table(values: Sequence[float], dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
+    """A text table: each value (rows) as stored in each format (columns), 5 significant digits."""
+    if not values:
+        raise ValueError("values must contain at least one number")
+    names = [dtype_name(d) for d in dtypes]
+    lines = [f"{'value':>10} | " + " | ".join(f"{n:>10}" for n in names)]
+    for v in values:
+        lines.append(f"{_check_real(v, 'values'):>10.5g} | " + " | ".join(f"{cast_value(v, n):>10.5g}" for n in names))
+    return "\n".join(lines)
+
+
+def spacing_around(value: float, dtype: str | torch.dtype) -> tuple[float, float]:
+    """The gaps from ``value`` (first rounded to ``dtype``) to its neighbours below and above in ``dtype``.
+
+    At a power of two the gap below is half the gap above: 1.0's neighbour below in float32 is 1 - 2**-24,
+    its neighbour above 1 + 2**-23.
+    """
+    dt = resolve_dtype(dtype)
+    value = _check_in_range(_check_real(value, "value"), dt, "value")
+    w = torch.tensor(value, dtype=torch.float64).to(dt)
+    below = torch.nextafter(w, torch.tensor(-math.inf, dtype=dt))
+    above = torch.nextafter(w, torch.tensor(math.inf, dtype=dt))
+    return (w.double() - below.double()).item(), (above.double() - w.double()).item()
+
+
+# --------------------------------------------------------------------------------------------
+# Can a tiny update survive?
+# --------------------------------------------------------------------------------------------
+def apply_update(w: float, update: float, dtype: str | torch.dtype) -> float:
+    """``w - update`` with both stored in ``dtype`` and the result rounded to ``dtype``, as a Python float.
+
+    This is one optimizer step ``w <- w - lr * grad`` on a weight kept in ``dtype`` (``update = lr * grad``).
+    """
+    dt = resolve_dtype(dtype)
+    w = _check_in_range(_check_real(w, "w"), dt, "w")
+    update = _check_in_range(_check_real(update, "update"), dt, "update")
+    return (torch.tensor(w, dtype=torch.float64).to(dt) - torch.tensor(update, dtype=torch.float64).to(dt)).item()
+
+
+def survives(w: float, update: float, dtype: str | torch.dtype) -> bool:
+    """True when subtracting ``update`` from ``w`` in ``dtype`` changes the stored weight."""
+    return apply_update(w, update, dtype) != cast_value(w, dtype)
+
+
+def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
+    """The smallest positive float32 update that changes ``w`` when subtracted in ``dtype``.
+
+    Found by bisection over float32 values (positive floats sort like their bit patterns), using the real
+    torch arithmetic of :func:`apply_update`. The answer sits just above half the gap below ``w``: smaller
+    updates round back to ``w``.
+    """
+    dt = resolve_dtype(dtype)
+    w = _check_in_range(_check_real(w, "w"), dt, "w")
+    gap_below, _ = spacing_around(w, dt)
+    as_f32 = lambda bits: torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()  # noqa: E731
+    lo = 0  # bit pattern of +0.0: never survives
+    hi = torch.tensor([gap_below], dtype=torch.float32).view(torch.int32).item()  # a whole gap always survives
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if survives(w, as_f32(mid), dt):
+            hi = mid
+        else:
+            lo = mid
+    return as_f32(hi)
+
+
+def repeated_updates(w: float, update: float, steps: int, dtype: str | torch.dtype) -> float:
+    """Apply ``w <- w - update`` ``steps`` times with the weight stored in ``dtype``; return the final weight."""
+    dt = resolve_dtype(dtype)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"steps must be an int, got {type(steps).__name__}")
+    if not 1 <= steps <= 100_000:
+        raise ValueError(f"steps must be between 1 and 100,000, got {steps}")
+    w = _check_in_range(_check_real(w, "w"), dt, "w")
+    u = torch.tensor(_check_in_range(_check_real(update, "update"), dt, "update"), dtype=torch.float64).to(dt)
+    weight = torch.tensor(w, dtype=torch.float64).to(dt)
+    for _ in range(steps):
+        weight = weight - u
+    return weight.item()
+
+
+def update_table(updates: Sequence[float], w: float = 1.0,
+                 dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
+    """A text table: ``w - update`` for each update (rows) in each format (columns); '= w' marks a lost update."""
+    if not updates:
+        raise ValueError("updates must contain at least one value")
+    names = [dtype_name(d) for d in dtypes]
+    lines = [f"{'update':>9} | " + " | ".join(f"{n:>17}" for n in names)]
+    for u in updates:
+        cells = []
+        for n in names:
+            new = apply_update(w, u, n)
+            cells.append(f"{new:.8f} {'(lost)' if new == cast_value(w, n) else '      '}")
+        lines.append(f"{u:>9.0e} | " + " | ".join(f"{c:>17}" for c in cells))
+    return "\n".join(lines)
+
+
+def update_report(dtype: str | torch.dtype, update: float, w: float = 1.0) -> str:
+    """Text for the tiny-update widget: one step ``w - update`` in ``dtype`` next to the float32 master copy."""
+    dt = resolve_dtype(dtype)
+    update = _check_real(update, "update")
+    if update <= 0:
+        raise ValueError(f"update must be > 0 (it is lr * |gradient|), got {update}")
+    name = dtype_name(dt)
+    new16, new32 = apply_update(w, update, dt), apply_update(w, update, torch.float32)
+    below, above = spacing_around(w, dt)
+    kept = new16 != cast_value(w, dt)
+    verdict = "survives" if kept else "is LOST: rounds back to w"
+    lines = [
+        f"w = {w} stored in {name}; update lr*grad = {update:.3e}",
+        f"  neighbours of w in {name}: {w - below:.9g} below (gap {below:.3e}), {w + above:.9g} above (gap {above:.3e})",
+        f"  {name:>8}: w - update = {new16:.9g}   -> the update {verdict}",
+        f"   float32: w - update = {new32:.9g}   (the master copy)",
+        f"  smallest update that survives in {name}: {smallest_surviving_update(w, dt):.3e}",
+    ]
+    if kept and new16 != cast_value(w - update, dt):
+        lines.append("  note: the 16-bit result is the nearest 16-bit number, so the step taken is not the step asked for")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Range and loss scaling
+# --------------------------------------------------------------------------------------------
+def synthetic_gradients(n: int = 100_000, log10_mean: float = -6.0, log10_std: float = 1.5,
+                        seed: int = 0) -> torch.Tensor:
+    """``n`` float32 gradient values with random signs and magnitudes ``10**N(log10_mean, log10_std)``.
+
+    A stand-in for the activation gradients of a deep network: most are small, and a long tail is tiny.
+    """
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    if not 1 <= n <= 10_000_000:
+        raise ValueError(f"n must be between 1 and 10,000,000, got {n}")
+    log10_mean, log10_std = _check_real(log10_mean, "log10_mean"), _check_real(log10_std, "log10_std")
+    if not -30 <= log10_mean <= 30:
+        raise ValueError(f"log10_mean must be between -30 and 30, got {log10_mean}")
+    if not 0 < log10_std <= 10:
+        raise ValueError(f"log10_std must be > 0 and <= 10, got {log10_std}")
+    g = torch.Generator().manual_seed(seed)
+    exponents = log10_mean + log10_std * torch.randn(n, generator=g, dtype=torch.float64)
+    signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
+    return (signs * 10.0 ** exponents).float()
+
+
+class CastStats(NamedTuple):
+    """What happens to a set of values when they are multiplied by ``scale`` and stored in float16."""
+
+    scale: float
+    zero_fraction: float       # non-zero values that became exactly 0 (underflow)
+    subnormal_fraction: float  # values that landed below float16's smallest normal (kept with fewer bits)
+    overflow_fraction: float   # values that became inf
+    kept_fraction: float       # values stored as normal float16 numbers
+
+
+def fp16_cast_stats(values: torch.Tensor, scale: float = 1.0) -> CastStats:
+    """Fractions of ``values * scale`` that underflow to zero, turn subnormal, overflow, or are kept in float16."""
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
+    if values.numel() == 0 or not values.is_floating_point():
+        raise ValueError("values must be a non-empty floating-point tensor")
+    scale = _check_real(scale, "scale")
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    v = values.detach().double().flatten()
+    v = v[v != 0]
+    if v.numel() == 0:
+        raise ValueError("values must contain at least one non-zero value")
+    h = (v * scale).to(torch.float16)
+    mag = h.abs()
+    n = v.numel()
+    zero = (mag == 0).sum().item() / n
+    inf = torch.isinf(h).sum().item() / n
+    sub = ((mag > 0) & (mag < torch.finfo(torch.float16).smallest_normal)).sum().item() / n
+    return CastStats(scale, zero, sub, inf, 1.0 - zero - inf - sub)
+
+
+# --------------------------------------------------------------------------------------------
+# Autocast
+# --------------------------------------------------------------------------------------------
+def lesson_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    """The 16-bit dtype this lesson uses on ``device`` (bfloat16 on Ampere+ GPUs and CPUs, float16 on a T4)."""
+    return hardware.autocast_dtype(device)
+
+
+def autocast_example(device: torch.device | str | None = None, dtype: str | torch.dtype | None = None,
+                     seed: int = 0) -> dict[str, torch.dtype]:
+    """Run one linear layer and an MSE loss under autocast, backward outside it; return the four dtypes.
+
+    Keys: 'weights' (the master copy), 'output' (the matrix multiply), 'loss', 'gradient'.
+    """
+    dev = hardware.as_device(device)
+    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    if dt == torch.float32:
+        raise ValueError("dtype must be a 16-bit type (bfloat16 or float16): float32 has nothing to autocast to")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(512, 512).to(dev)
+        x = torch.randn(64, 512).to(dev)
+        y = torch.randn(64, 512).to(dev)
+    with torch.autocast(device_type=dev.type, dtype=dt):
+        out = model(x)
+        loss = F.mse_loss(out, y)
+    loss.backward()
+    return {"weights": model.weight.dtype, "output": out.dtype, "loss": loss.dtype, "gradient": model.weight.grad.dtype}
+
+
+def dtype_lines(dtypes: dict[str, torch.dtype]) -> str:
+    """The four lines of the lesson, aligned as ``print("weights: ", ...)`` aligns them."""
+    return "\n".join(f"{key + ':':<10}{value}" for key, value in dtypes.items())
+
+
+def autocast_op_dtypes(device: torch.device | str | None = None,
+                       dtype: str | torch.dtype | None = None) -> dict[str, torch.dtype]:
+    """Output dtype of a few typical ops inside ``torch.autocast`` on ``device``: which run in 16-bit?"""
+    dev = hardware.as_device(device)
+    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    x = torch.linspace(-1, 1, 32, device=dev).reshape(4, 8)
+    w = torch.linspace(1, -1, 64, device=dev).reshape(8, 8)
+    target = torch.tensor([0, 1, 2, 3], device=dev)
+    with torch.autocast(device_type=dev.type, dtype=dt):
+        h = F.linear(x, w)
+        return {
+            "linear (matmul)": h.dtype,
+            "layer_norm": F.layer_norm(h, (8,)).dtype,
+            "softmax": torch.softmax(h, dim=-1).dtype,
+            "cross_entropy": F.cross_entropy(h, target).dtype,
+            "mse_loss": F.mse_loss(h, x).dtype,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Matmul speed
+# --------------------------------------------------------------------------------------------
+#: Largest matrix side :func:`time_matmul` accepts (a 16384² float32 matrix is 1 GiB).
+MAX_MATMUL_SIZE = 16384
+#: Largest side the size widget offers on a CPU (a 4096² float32 matmul takes about 1-2 s on 2 cores).
+MAX_CPU_WIDGET_SIZE = 4096
+
+
+class MatmulTiming(NamedTuple):
+    """One timed square matrix multiply."""
+
+    size: int
+    dtype: str
+    device: str
+    ms: float        # milliseconds per multiply (mean over the timed runs)
+    tflops: float    # achieved throughput, 2 * size**3 floating-point operations per multiply
+
+    @property
+    def gflops(self) -> float:
+        """Achieved throughput in GFLOP/s."""
+        return self.tflops * 1000
+
+
+def _check_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"size must be an int, got {type(size).__name__}")
+    if not 1 <= size <= MAX_MATMUL_SIZE:
+        raise ValueError(f"size must be between 1 and {MAX_MATMUL_SIZE}, got {size}")
+    return size
+
+
+def matmul_flops(size: int) -> int:
+    """Floating-point operations of one ``size x size`` by ``size x size`` multiply: 2 * size**3."""
+    return 2 * _check_size(size) ** 3
+
+
+def default_matmul_size(device: torch.device | str | None = None) -> int:
+    """4096 on a GPU (the lesson's size); 2048 on a CPU, where one 4096² float32 multiply takes seconds."""
+    return 4096 if hardware.as_device(device).type == "cuda" else 2048
+
+
+def timing_refusal(dtype: str | torch.dtype, device: torch.device | str | None = None) -> str | None:
+    """Why ``dtype`` should not be timed on ``device``, or None when timing it is fine."""
+    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
+    if dt == torch.float16 and dev.type == "cpu":
+        return ("float16 is not timed on a CPU: CPUs have no fast float16 matrix units, and PyTorch's CPU float16 "
+                "matmul is 100-1000x slower than float32 (a 2048² multiply took 43 s on the course machine). "
+                "Compare float32 with bfloat16 on a CPU, float32 with float16 on a T4.")
+    return None
+
+
+def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
+                repeats: int | None = None, seed: int = 0) -> MatmulTiming:
+    """Time ``a @ b`` for two random ``size x size`` matrices in ``dtype`` with ``torch.utils.benchmark``.
+
+    ``Timer.timeit`` warms up first (at least 2 untimed runs) and synchronizes a GPU before reading the clock,
+    so the asynchronous CUDA launches are really finished. ``repeats`` timed runs (default: 3 on a CPU,
+    50 on a GPU) give the mean time per multiply.
+    """
+    from torch.utils import benchmark  # noqa: PLC0415 - imported on use: it is not needed elsewhere
+
+    size = _check_size(size)
+    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
+    refusal = timing_refusal(dt, dev)
+    if refusal:
+        raise ValueError(f"dtype: {refusal}")
+    if repeats is None:
+        repeats = 50 if dev.type == "cuda" else 3
+    if isinstance(repeats, bool) or not isinstance(repeats, int):
+        raise TypeError(f"repeats must be an int, got {type(repeats).__name__}")
+    if not 1 <= repeats <= 1000:
+        raise ValueError(f"repeats must be between 1 and 1000, got {repeats}")
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
+    b = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
+    measurement = benchmark.Timer("a @ b", globals={"a": a, "b": b}).timeit(repeats)
+    seconds = measurement.mean
+    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, matmul_flops(size) / seconds / 1e12)
+
+
+def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> float | None:
+    """Achieved / datasheet throughput for ``timing``'s dtype, or None (no datasheet, or no fast path for it).
+
+    float32 is compared with the datasheet's plain float32 figure (PyTorch does not use TF32 for matmuls
+    unless you allow it); float16 with the 16-bit tensor-core figure; bfloat16 too, except on a GPU without
+    native bfloat16 (a T4), whose datasheet has no bfloat16 figure.
+    """
+    if sheet is None or not timing.device.startswith("cuda"):
+        return None
+    if timing.dtype == "float32":
+        return timing.tflops / sheet.fp32_tflops
+    if timing.dtype == "bfloat16" and not hardware.bf16_native(timing.device):
+        return None
+    return timing.tflops / sheet.tensor16_tflops
+
+
+def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | None = None) -> str:
+    """Lines of ms per multiply and TFLOP/s for each timing, the speed-up over the first, and % of peak."""
+    if not timings:
+        raise ValueError("timings must contain at least one MatmulTiming")
+    base = timings[0]
+    lines = []
+    for t in timings:
+        line = (f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
+                f"{t.tflops:8.3f} TFLOP/s ({t.gflops:,.0f} GFLOP/s)")
+        if t is not base:
+            line += f", {base.ms / t.ms:.1f}x faster than {base.dtype}"
+        peak = fraction_of_peak(t, sheet)
+        if peak is not None:
+            line += f", {peak:.0%} of the {sheet.name} datasheet peak"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None) -> str:
+    """Text for the matmul widget: one timing of ``dtype`` next to float32, or why it is not timed here."""
+    size = _check_size(size)
+    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
+    refusal = timing_refusal(dt, dev)
+    if refusal:
+        return refusal
+    if dev.type == "cpu" and size > MAX_CPU_WIDGET_SIZE:
+        raise ValueError(f"size must be at most {MAX_CPU_WIDGET_SIZE} on a CPU, got {size}")
+    timings = [time_matmul(size, torch.float32, dev)]
+    if dt != torch.float32:
+        timings.append(time_matmul(size, dt, dev))
+    return timing_report(timings, hardware.current_datasheet())
+
+
+# --------------------------------------------------------------------------------------------
+# A small real task, and the mixed-precision training loop
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Task:
+    """A small classification task held in tensors: 8x8 digit images (64 features), 10 classes."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    def batches(self, steps: int, batch_size: int, seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``steps`` random mini-batches from the training set, the same ones for the same seed."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:
+            raise ValueError(f"steps must be an int between 1 and 100,000, got {steps!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(self.y_train):
+            raise ValueError(f"batch_size must be an int between 1 and {len(self.y_train)}, got {batch_size!r}")
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            idx = torch.randint(0, len(self.y_train), (batch_size,), generator=g)
+            yield self.x_train[idx], self.y_train[idx]
+
+
+def digits_task(seed: int = 0, test_fraction: float = 0.2) -> Task:
+    """scikit-learn's handwritten digits (1,797 images of 8x8 pixels, shipped with the package: works offline).
+
+    Pixels are scaled to [0, 1]; a fixed shuffle puts ``test_fraction`` of the images aside for testing.
+    """
+    from sklearn.datasets import load_digits  # noqa: PLC0415
+
+    test_fraction = _check_real(test_fraction, "test_fraction")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x, dtype=torch.float32) / 16.0
+    y = torch.tensor(y, dtype=torch.long)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    n_test = round(len(y) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return Task(x[train], y[train], x[test], y[test])
+
+
+def make_classifier(seed: int = 0, hidden: int = 128) -> torch.nn.Module:
+    """A float32 MLP 64 -> hidden -> hidden -> 10, initialised from ``seed`` (the global RNG is left alone)."""
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096:
+        raise ValueError(f"hidden must be an int between 1 and 4096, got {hidden!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden, 10))
+
+
+class StepLog(NamedTuple):
+    """One training step: the (unscaled) loss, the loss scale after the step, and whether it was skipped."""
+
+    step: int
+    loss: float
+    scale: float
+    skipped: bool
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_mixed_precision` returns."""
+
+    dtype: str                 # the autocast dtype ('float32' means autocast off)
+    loss_scaling: bool
+    history: list[StepLog] = field(default_factory=list)
+    test_accuracy: float = 0.0
+
+    def log_lines(self, every: int = 25) -> str:
+        """'step N: loss L, loss scale S' every ``every`` steps, plus every skipped step."""
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        lines = []
+        for log in self.history:
+            if log.step % every == 0 or log.step == 1 or log.skipped:
+                line = f"step {log.step:3d}: loss {log.loss:.2f}, loss scale {log.scale:,.0f}"
+                if log.skipped:
+                    line += "   <- gradients overflowed: step skipped, scale halved"
+                lines.append(line)
+        return "\n".join(lines)
+
+
+def accuracy(model: torch.nn.Module, task: Task) -> float:
+    """Fraction of the test images the model classifies correctly (evaluated in float32)."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        pred = model(task.x_test.to(device)).argmax(dim=1).cpu()
+    return (pred == task.y_test).float().mean().item()
+
+
+def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
+                          steps: int = 200, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
+                          spike_at: Sequence[int] = (), spike_factor: float = 1e4,
+                          task: Task | None = None) -> TrainResult:
+    """Train :func:`make_classifier` on :func:`digits_task` with ONE loop whose tricks are flags.
+
+    ``dtype`` float32 switches autocast off; bfloat16/float16 switch it on (default: the lesson's dtype for
+    ``device``). The ``GradScaler`` is enabled for float16 only. ``spike_at`` lists steps whose loss is
+    multiplied by ``spike_factor`` before the backward pass, on purpose: with float16 and a scale of 65,536
+    the gradients overflow, and the scaler skips that step and halves the scale.
+    """
+    dev = hardware.as_device(device)
+    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    lr, spike_factor = _check_real(lr, "lr"), _check_real(spike_factor, "spike_factor")
+    if not 0 < lr <= 1:
+        raise ValueError(f"lr must be > 0 and <= 1, got {lr}")
+    if spike_factor <= 0:
+        raise ValueError(f"spike_factor must be > 0, got {spike_factor}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:
+        raise ValueError(f"steps must be an int between 1 and 100,000, got {steps!r}")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= steps for s in spike_at):
+        raise ValueError(f"spike_at must list steps between 1 and steps={steps}, got {list(spike_at)}")
+    task = digits_task(seed) if task is None else task
+    model = make_classifier(seed).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+
+    use_autocast = dt != torch.float32                                   # flag 1: 16-bit maths or not
+    scaler = torch.amp.GradScaler(dev.type, enabled=(dt == torch.float16))  # flag 2: loss scaling, float16 only
+    result = TrainResult(dtype_name(dt), scaler.is_enabled())
+    for step, (x, y) in enumerate(task.batches(steps, batch_size, seed), start=1):
+        x, y = x.to(dev), y.to(dev)
+        with torch.autocast(device_type=dev.type, dtype=dt, enabled=use_autocast):
+            loss = F.cross_entropy(model(x), y)                          # matmuls in 16-bit, loss in float32
+        factor = spike_factor if step in spike_at else 1.0
+        scale_before = scaler.get_scale()
+        scaler.scale(loss * factor).backward()                           # backward outside autocast
+        scaler.step(optimizer)                                           # unscale; skip if inf/nan; update fp32
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        scale_after = scaler.get_scale()
+        result.history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
+    result.test_accuracy = accuracy(model, task)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# One setting in the libraries
+# --------------------------------------------------------------------------------------------
+def training_arguments_kwargs(device: torch.device | str | None = None) -> dict[str, bool]:
+    """Mixed-precision keyword arguments for ``transformers.TrainingArguments`` on ``device``.
+
+    Ampere+ GPU: ``bf16=True``. Older GPU (T4, V100): ``fp16=True`` (the Trainer adds loss scaling).
+    CPU: ``bf16=True, use_cpu=True``: transformers refuses ``bf16=True`` without a bf16 GPU unless told
+    that the CPU is meant, and ``fp16=True`` would be accepted but runs float16 maths, very slow on CPUs.
+    Note that transformers itself would accept ``bf16=True`` on a T4 (bfloat16 is emulated there, slowly):
+    the choice follows the compute capability, as :func:`course_utils.hardware.autocast_dtype` does.
+    """
+    dev = hardware.as_device(device)
+    if dev.type == "cuda":
+        return {"bf16": True} if hardware.autocast_dtype(dev) == torch.bfloat16 else {"fp16": True}
+    return {"bf16": True, "use_cpu": True}
+
+
+def library_settings(dtype: str | torch.dtype) -> dict[str, str]:
+    """The one setting that turns on mixed precision in three libraries, as code text, for ``dtype``."""
+    dt = resolve_dtype(dtype)
+    if dt == torch.float32:
+        raise ValueError("dtype must be bfloat16 or float16: float32 is the setting without mixed precision")
+    bf16 = dt == torch.bfloat16
+    return {
+        "Hugging Face Trainer": f'TrainingArguments(output_dir="out", {"bf16" if bf16 else "fp16"}=True)',
+        "Hugging Face Accelerate": f'Accelerator(mixed_precision="{"bf16" if bf16 else "fp16"}")',
+        "PyTorch Lightning": f'Trainer(precision="{"bf16-mixed" if bf16 else "16-mixed"}")',
+    }

@@ -1,0 +1,467 @@
+# %% [markdown]
+# # Mixed precision: fast where we can, precise where we must
+#
+# In the backpack picture of this module, mixed precision is packing with **mixed sizes**: compact folders for
+# most papers, full-size folders only for the documents that matter. Here the "papers" are numbers: most of
+# the maths of training runs in 16 bits, and a few steps keep 32.
+#
+# **You will be able to**
+# - explain the four rules of mixed-precision training, and why the weight update must stay in float32;
+# - read `torch.finfo` to say which updates and which gradients a 16-bit format can hold;
+# - say when loss scaling is needed (float16) and when it is not (bfloat16);
+# - time 32-bit against 16-bit matrix multiplies properly, and compare with a datasheet;
+# - write one training loop whose mixed precision is switched by flags, and turn it on in Hugging Face,
+#   Accelerate and Lightning with one setting.
+#
+# **Time needed:** about 40 minutes. Everything runs on a CPU in about a minute; with a GPU (Colab's T4 is
+# enough) the timing section shows the real tensor-core speed-up.
+
+# %% [setup]
+
+# %% [markdown]
+# ## Why?
+#
+# Training in float32 is slow and memory-hungry. GPUs have **tensor cores** that multiply 16-bit matrices many
+# times faster than they do float32, and a 16-bit activation takes half the bytes. But some steps of training
+# really need float32's precision. Mixed precision gives each step the format it needs.
+#
+# First, the three formats. Every floating-point number is a sign, an exponent (the range: how large and how
+# small a number can be) and a fraction (the precision: how finely numbers are spaced). `torch.finfo`
+# describes each format:
+
+# %%
+import torch
+import torch.nn.functional as F
+
+from course_utils import hardware, precision
+from course_utils.plots import precision as precision_plots
+from course_utils.widgets import precision as precision_widgets
+
+print(precision.formats_table())
+
+# %% [markdown]
+# Read the table in two directions:
+#
+# - **bfloat16** keeps float32's 8 exponent bits, so it has the **same range** (up to about 3.4 × 10³⁸), but
+#   only 7 fraction bits: numbers near 1.0 are 0.0078 apart.
+# - **float16** spends more bits on the fraction (10), so it is **more precise** than bfloat16 near 1.0, but
+#   with 5 exponent bits its **range** ends at 65,504, and below 6.1 × 10⁻⁵ it starts losing precision.
+
+# %% [markdown]
+# ## How it works
+#
+# 1. **Keep the weights in float32.** This is the *master copy*.
+# 2. **Run the forward and backward passes in mixed precision.** Matrix multiplications run in 16 bits;
+#    steps that are sensitive to rounding (softmax, normalization, the loss) run in float32. PyTorch's
+#    `torch.autocast` decides op by op.
+# 3. **Gradients arrive in float32**, matching the weights, and the optimizer updates the float32 master copy,
+#    so that small updates are not rounded away.
+# 4. **Loss scaling, for float16 only:** multiply the loss by a large number before the backward pass so small
+#    gradients do not round to zero, and divide the gradients back before the update. bfloat16 has float32's
+#    range and does not need it.
+#
+# ### Can a tiny update survive?
+#
+# One optimizer step changes each weight by
+#
+# $$w \leftarrow w - \eta \cdot \nabla_w L$$
+#
+# where $w$ is the weight (the float32 master copy), $\eta$ the learning rate and $\nabla_w L$ the gradient
+# from the 16-bit maths. Learning rates around $10^{-3}$ to $10^{-5}$ and gradients well below 1 make
+# $\eta \cdot \nabla_w L$ tiny.
+#
+# **Predict before you run:** a weight $w = 1.0$ receives an update of $10^{-4}$ (say $\eta = 10^{-3}$ and a
+# gradient of 0.1). What does each format store for $w - 10^{-4}$? Use the gaps after 1.0 in the table above.
+
+# %%
+print(precision.update_table([1e-2, 1e-3, 1e-4, 1e-6, 1e-8], w=1.0))
+
+# %% [markdown]
+# An update of $10^{-4}$ **vanishes** in both 16-bit formats: the weight stays exactly 1.0. In float32 it
+# survives (0.99989998: float32 rounds too, in the 8th digit). bfloat16 even loses $10^{-3}$, and at
+# $10^{-2}$ it moves the weight by 0.0117 instead of 0.01: it can only land on one of its own numbers.
+#
+# Why? Around 1.0 each format has a fixed set of neighbours. The result of $w - u$ is rounded to the nearest
+# of them, so an update smaller than **half the gap** to the neighbour below rounds straight back to $w$.
+# The gaps come from `torch.finfo` (below 1.0 the gap is half of `eps`, because 1.0 is a power of two), and
+# the smallest update that survives is found by trying real torch arithmetic:
+
+# %%
+for name in ("float32", "bfloat16", "float16"):
+    below, above = precision.spacing_around(1.0, name)
+    smallest = precision.smallest_surviving_update(1.0, name)
+    print(f"{name:>8}: gap below 1.0 = {below:.3g}, above = {above:.3g} (finfo eps); "
+          f"smallest update that survives = {smallest:.3g}")
+
+# %% [markdown]
+# **Predict before you run:** the same update of $10^{-4}$, a thousand times. Where does the weight end up in
+# each format?
+
+# %%
+for name in ("float32", "bfloat16", "float16"):
+    print(f"{name:>8}: w after 1,000 updates of 1e-4 = {precision.repeated_updates(1.0, 1e-4, 1000, name):.6f}")
+master = precision.repeated_updates(1.0, 1e-4, 1000, "float32")
+print(f"float32 master copy read in bfloat16 for the next forward pass: {precision.cast_value(master, 'bfloat16'):.6f}")
+
+# %% [markdown]
+# A weight stored in 16 bits **never moves**: each step is lost, so a thousand steps are lost too. The float32
+# master copy collects them and reaches 0.9; the 16-bit copy that the next forward pass uses is read from it,
+# so it moves as well (0.898, the nearest bfloat16). This is rule 3: compute in 16 bits, **update in float32**.
+#
+# **Live demo.** Pick the format a weight is stored in and slide the update $\eta \cdot \nabla L$ (log scale).
+# The text shows the neighbours of $w = 1.0$, whether the update survives, and the float32 result next to it.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: an interactive widget (nbval has no widget front end).
+precision_widgets.tiny_update_widget(update=1e-4)
+
+# %% [markdown]
+# ### Range: very large and very small numbers
+#
+# Precision is one limit; **range** is the other. What does each format store for a few large and small
+# values? (Look for `inf`, for 0, and for digits that changed.)
+
+# %%
+print(precision.cast_table([100_000.0, 65_504.0, 1e-5, 1e-7, 1e-8, 1e-30]))
+
+# %% [markdown]
+# float16 **overflows** above 65,504 (to `inf`, which then poisons every sum it enters) and **flushes** values
+# below about 3 × 10⁻⁸ to zero; between 6 × 10⁻⁸ and 6.1 × 10⁻⁵ it keeps them with fewer and fewer
+# significant bits (1e-7 comes back as 1.19e-7). bfloat16 keeps float32's range: it rounds 1e-30 a little,
+# but never to zero.
+#
+# Gradients are small numbers. Here is a stand-in for the gradients of a deep network: 100,000 values whose
+# magnitudes spread around $10^{-6}$ (a log-normal spread, seeded). **Predict before you run:** what fraction
+# becomes exactly zero when stored in float16? And after multiplying them by a loss scale of 65,536 ($2^{16}$)?
+
+# %%
+grads = precision.synthetic_gradients(n=100_000, log10_mean=-6.0, log10_std=1.5, seed=0)
+for scale in (1.0, 65_536.0):
+    s = precision.fp16_cast_stats(grads, scale)
+    print(f"scale {scale:>6,.0f}: {s.zero_fraction:7.3%} flushed to zero, {s.subnormal_fraction:7.3%} subnormal "
+          f"(fewer bits), {s.overflow_fraction:6.3%} overflow to inf, {s.kept_fraction:7.3%} stored normally")
+
+# %% [markdown]
+# Without scaling, 15.6 % of these gradients become zero in float16 and 72.5 % lose precision as subnormals.
+# Multiplying the loss by 65,536 multiplies every gradient by 65,536 too (the chain rule is linear), which moves
+# almost all of them into float16's normal range: only 0.004 % still flush to zero, and 0.006 % now overflow
+# at the other end. The optimizer divides by 65,536 in float32 before the update, so the scale changes nothing
+# else. That is loss scaling.
+
+# %%
+fig = precision_plots.gradient_histogram(grads, scale=65_536.0)
+
+# %% [markdown]
+# **Text description of the chart.** A histogram of the 100,000 gradients on a log scale (x: log10 of the
+# gradient's magnitude, from about −14 to 6; y: number of gradients). Three shaded bands mark float16's limits:
+# on the left, below −7.5, the band where float16 stores zero; next to it, from −7.5 to −4.2, the subnormal
+# band with fewer bits; on the right, above 4.8, the overflow band. The blue curve (gradients as computed)
+# peaks at −6, inside the subnormal band, with its left tail in the zero band. The green curve (the same
+# gradients × 65,536) is the same shape moved 4.8 to the right: it peaks near −1.2, almost entirely in the
+# normal range, and only its far right tail touches the overflow band.
+
+# %% [markdown]
+# ### What autocast does to the dtypes
+#
+# `torch.autocast` applies rules 1 to 3 for you. A linear layer and a loss, run under autocast; the backward
+# pass runs outside it. The lesson's 16-bit type is chosen by `course_utils.hardware`: bfloat16 on an Ampere
+# or newer GPU and on a CPU, float16 on a T4 (where the `output` line then reads `torch.float16`).
+
+# %%
+device = hardware.pick_device()
+dtype = hardware.autocast_dtype(device)
+print(precision.dtype_lines(precision.autocast_example(device, dtype)))
+
+# %% [markdown]
+# The weights and the gradient stay in float32; only the matrix multiply ran in 16 bits, and the loss came
+# back in float32. Which ops does autocast move to 16 bits on this device?
+
+# %%
+for op, op_dtype in precision.autocast_op_dtypes(device, dtype).items():
+    print(f"{op:<16} {op_dtype}")
+
+# %% [markdown]
+# The matrix multiply is 16-bit and the losses are float32 everywhere. Softmax and layer norm depend on the
+# device: CUDA's autocast list runs them in float32 (PyTorch's "CUDA ops that can autocast to float32" include
+# `softmax`, `log_softmax` and `layer_norm`), while the CPU list leaves them in the 16-bit type of their input,
+# as printed above when this runs on a CPU. Either way, you do not choose op by op: autocast does.
+
+# %% [markdown]
+# ## Benefits and trade-offs
+#
+# **Benefits**
+# - **Faster maths.** An H100 does about 990 TFLOPS of dense bfloat16 maths on its tensor cores, against 67 in
+#   float32. Real training runs are usually 2 to 3 times faster, not 15: memory traffic, the float32 steps
+#   and the optimizer do not speed up.
+# - **Activations take half the memory**, so bigger batches fit.
+# - **Little or no loss in accuracy** (the training run below shows it).
+#
+# **Trade-offs**
+# - **The model state does not shrink.** Weights, gradients and Adam's two moments stay in float32: about
+#   16 bytes per parameter.
+# - **bfloat16 needs an Ampere or newer GPU** (A100, H100, RTX 30 series and up). On a T4, like free Colab,
+#   use float16.
+# - **float16 overflows above 65,504 and loses tiny values**, so it needs loss scaling.
+#
+# The figures, from the datasheets in `course_utils.hardware` and from bytes per element:
+
+# %%
+for key in ("H100", "A100", "T4"):
+    sheet = hardware.DATASHEETS[key]
+    print(f"{sheet.name:<16} 16-bit tensor cores {sheet.tensor16_tflops:>5.0f} TFLOPS, float32 {sheet.fp32_tflops:>4.1f} "
+          f"TFLOPS: {sheet.tensor16_tflops / sheet.fp32_tflops:4.1f}x on paper")
+batch, tokens, hidden = 8, 1024, 4096
+for name in ("float32", "bfloat16"):
+    nbytes = batch * tokens * hidden * torch.finfo(precision.resolve_dtype(name)).bits // 8
+    print(f"one {batch}x{tokens}x{hidden} activation in {name:<8}: {nbytes / 2**20:,.0f} MiB")
+state_bytes = 4 + 4 + 8  # float32 weights + float32 gradients + Adam's two float32 moments
+print(f"model state with Adam, mixed precision or not: {state_bytes} bytes per parameter, "
+      f"{state_bytes * 7e9 / 1e9:.0f} GB for 7 billion parameters")
+
+# %% [markdown]
+# The T4 row is why free Colab still matters here: it has no bfloat16 tensor cores, but its float16 tensor
+# cores are 8 times its float32 figure. (Note on the H100 row: the datasheet's 989 is the "about 990" above.)
+#
+# ## In practice
+#
+# ### Timing a matrix multiply, properly
+#
+# GPU work is asynchronous: `a @ b` returns before the GPU has finished, so a stopwatch around it measures
+# almost nothing. A fair timing warms up first (the first call pays for setup), **synchronizes** before reading
+# the clock, and repeats. `torch.utils.benchmark.Timer` does all three; `precision.time_matmul` wraps it and
+# turns the time into TFLOP/s: a square multiply of side $n$ costs $2n^3$ floating-point operations.
+#
+# On a GPU we time $4096 \times 4096$ matrices, float32 against the lesson's 16-bit type. On a CPU we time
+# $2048 \times 2048$ (a 4096² float32 multiply takes seconds on a small CPU) and compare float32 with
+# **bfloat16**, never float16:
+
+# %%
+size = precision.default_matmul_size(device)
+sixteen = precision.dtype_name(dtype)
+print(f"timing {size}x{size} matrices on {device.type}: float32 against {sixteen}")
+if device.type == "cpu":
+    print(precision.timing_refusal("float16", device))
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: timings differ from machine to machine and from run to run.
+timings = [precision.time_matmul(size, torch.float32, device), precision.time_matmul(size, dtype, device)]
+print(precision.timing_report(timings, hardware.current_datasheet()))
+
+# %% [markdown]
+# What you see depends on the machine. On a GPU with tensor cores the 16-bit multiply is several times faster
+# (on a T4, float16 against float32; on an A100 or H100, bfloat16 against float32), and the report gives the
+# fraction of the datasheet peak you reached: large multiplies get close to it, small ones do not. On the
+# course's 2-core CPU, an Intel Xeon with AMX bfloat16 matrix units, bfloat16 ran about 5 to 6 times faster
+# than float32: 236 ms against 38 ms per 2048² multiply (73 against 450 GFLOP/s), and 2.7 s against 0.56 s
+# at 4096², measured while other jobs shared the machine. A CPU without bfloat16 matrix instructions may show
+# little or no gain.
+#
+# **Live demo.** Choose the 16-bit type and the matrix size; each change times one float32 and one 16-bit
+# multiply. Small matrices cannot keep a GPU busy, so the speed-up grows with the size.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: an interactive widget that shows live timings.
+precision_widgets.matmul_widget(device=device)
+
+# %% [markdown]
+# ### The mixed-precision training loop
+#
+# A small real task: recognizing handwritten digits (8 × 8 pixel images from scikit-learn, shipped with the
+# package, so it works offline) with a three-layer network. One loop, with the tricks as flags, the way the
+# PyTorch AMP recipe writes it:
+#
+# - `torch.autocast(..., dtype=dtype)` runs the forward pass in mixed precision;
+# - `torch.amp.GradScaler(..., enabled=(dtype == torch.float16))` scales the loss for float16 only. When it is
+#   disabled, `scale` returns the loss unchanged, `step` just calls the optimizer and the scale reads 1.
+#
+# The dtype comes from `course_utils.hardware`: bfloat16 on an Ampere+ GPU, float16 with loss scaling on a
+# T4, bfloat16 autocast with the scaler disabled on a CPU.
+
+# %%
+print(f"device: {device.type}, autocast dtype: {dtype}, loss scaling: {hardware.needs_loss_scaling(dtype)}")
+threads = torch.get_num_threads()
+if device.type == "cpu":
+    torch.set_num_threads(1)  # a network this small trains faster on one CPU thread than on several
+
+# %%
+task = precision.digits_task(seed=0)                    # 1,438 training and 359 test images
+model = precision.make_classifier(seed=0).to(device)    # float32 weights: the master copy
+optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))  # loss scaling: float16 only
+
+losses = []
+for step, (x, y) in enumerate(task.batches(steps=200, batch_size=64, seed=0), start=1):
+    x, y = x.to(device), y.to(device)
+    with torch.autocast(device_type=device.type, dtype=dtype):  # forward pass in mixed precision
+        loss = F.cross_entropy(model(x), y)                      # matmuls in 16 bits, the loss in float32
+    scaler.scale(loss).backward()  # backward pass, outside autocast
+    scaler.step(optimizer)         # unscale; skip the step if a gradient is inf/nan; update the float32 weights
+    scaler.update()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+    if step == 1 or step % 25 == 0:
+        print(f"step {step}: loss {loss.item():.2f}, loss scale {scaler.get_scale():,.0f}")
+print(f"test accuracy: {precision.accuracy(model, task):.1%}")
+
+# %% [markdown]
+# The loss falls from 2.30 (a guess among 10 classes) and the network recognizes most test digits. The loss
+# scale reads 1 here on a CPU: the scaler is disabled for bfloat16. (Losses are printed with 2 decimals: the
+# last digits of 16-bit maths can differ between processors.)
+#
+# The same loop lives in `precision.train_mixed_precision`, with `dtype` as a flag (float32 turns autocast
+# off). Check that it is the same loop, then train once more in plain float32 to compare:
+
+# %%
+mixed = precision.train_mixed_precision(dtype, device=device, steps=200)
+print("the helper runs the same loop:", [log.loss for log in mixed.history] == losses)
+full = precision.train_mixed_precision("float32", device=device, steps=200)
+for result in (full, mixed):
+    tail = [log.loss for log in result.history[-50:]]
+    print(f"{result.dtype:>8}: mean loss over the last 50 steps {sum(tail) / len(tail):.2f}, "
+          f"test accuracy {result.test_accuracy:.1%}")
+
+# %%
+fig = precision_plots.loss_curves({"float32": [log.loss for log in full.history],
+                                   f"{mixed.dtype} autocast": [log.loss for log in mixed.history]})
+
+# %% [markdown]
+# **Text description of the chart.** Training loss (y, cross-entropy, from 0 to about 2.3) against the step
+# (x, 10 to 200), each curve a running mean over 10 steps. The solid float32 curve and the dashed
+# mixed-precision curve fall together, steeply from about 2.2 at step 10 to about 0.35 at step 50, then slowly
+# to about 0.07 at step 200, and lie on top of each other all the way: mixed precision did not hurt learning.
+#
+# ### What a T4 sees: float16, a loss scale, and a skipped step
+#
+# With float16 the scaler is on: the scale starts at 65,536 ($2^{16}$). If a step's scaled gradients overflow
+# to `inf`, `scaler.step` **skips** that update (the weights stay as they were) and `scaler.update` **halves**
+# the scale; after 2,000 clean steps in a row it doubles it again. An overflow is rare on a task this small, so
+# we force one: at step 60 the loss is multiplied by 10,000 before the backward pass, like a sudden loss spike.
+#
+# This runs the very same loop with `dtype=float16`: on a GPU on the GPU; on a CPU with real float16 autocast
+# and PyTorch's CPU `GradScaler` (slow float16 kernels, but a network this small trains in a second or two).
+
+# %%
+fp16 = precision.train_mixed_precision("float16", device=device, steps=100, spike_at=(60,))
+print(fp16.log_lines(every=20))
+print(f"test accuracy: {fp16.test_accuracy:.1%}")
+torch.set_num_threads(threads)  # back to all CPU threads
+
+# %% [markdown]
+# Step 60 overflowed, was skipped, and the scale dropped to 32,768; training went on. In a real float16 run you
+# will see the scale drop a few times early on as it finds its level. That is normal. Worry only when it keeps
+# falling towards 1, or the loss becomes `nan`: then something in the model overflows on its own.
+#
+# ### One setting in the libraries
+#
+# The libraries run this loop for you. In Hugging Face `TrainingArguments` it is `bf16=True` (Ampere+) or
+# `fp16=True` (T4 or older); `precision.training_arguments_kwargs` picks by compute capability, as
+# `course_utils.hardware` does. On a CPU, transformers refuses `bf16=True` unless you also say `use_cpu=True`;
+# `fp16=True` would be accepted, but float16 maths on a CPU is very slow, so the course picks bfloat16 there.
+
+# %%
+hardware.import_bitsandbytes()  # transformers imports bitsandbytes: import it quietly first
+import transformers
+from transformers import TrainingArguments
+
+transformers.utils.logging.set_verbosity_error()
+kwargs = precision.training_arguments_kwargs(device)
+args = TrainingArguments(output_dir="out", report_to="none", **kwargs)
+print("TrainingArguments(output_dir='out', " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
+print(f"-> bf16={args.bf16}, fp16={args.fp16}, training device: {args.device.type}")
+if device.type == "cpu":
+    try:
+        TrainingArguments(output_dir="out", report_to="none", bf16=True)
+    except ValueError as err:
+        print(f"bf16=True without use_cpu=True on a CPU: ValueError: {err}")
+
+# %% [markdown]
+# Load the model in float32 as usual; the library adds autocast and, for float16, the scaler. The same single
+# setting for the lesson's dtype in Accelerate (your own loop) and PyTorch Lightning:
+
+# %%
+for library, setting in precision.library_settings(dtype).items():
+    print(f"{library:<24} {setting}")
+
+# %% [markdown]
+# One caution: transformers checks `torch.cuda.is_bf16_supported()`, which says True on a T4 because bfloat16
+# can be *emulated* there. It would accept `bf16=True` on a T4 and run slowly; choose by compute capability
+# (8.0 or higher for bfloat16), as `hardware.autocast_dtype` does.
+#
+# Other tools: PyTorch AMP (`torch.autocast`, `torch.amp.GradScaler`), the Hugging Face Trainer and Accelerate,
+# PyTorch Lightning, Keras mixed-precision policies, and NVIDIA Transformer Engine for 8-bit (FP8) training on
+# H100 and newer GPUs.
+#
+# ## Run it yourself
+#
+# 1. **Where does a weight live?** The gap between neighbouring numbers grows with the number. Predict whether
+#    an update of $10^{-5}$ survives on a weight of 0.02 (a typical initial weight) in bfloat16 and in float16.
+#    Then print `precision.smallest_surviving_update(w, name)` for `w` in 0.02, 1.0 and 8.0 and each format,
+#    and check your prediction with `precision.survives(0.02, 1e-5, name)`.
+# 2. **Two spikes in a row.** Run `precision.train_mixed_precision("float16", device=device, steps=80,
+#    spike_at=(30, 31))`. Before printing `log_lines(every=20)`, predict the final loss scale and the number of
+#    skipped steps.
+#
+# <details><summary>Show the answer</summary>
+#
+# ```python
+# for w in (0.02, 1.0, 8.0):
+#     print(w, {name: f"{precision.smallest_surviving_update(w, name):.3g}"
+#               for name in ("float32", "bfloat16", "float16")})
+# print({name: precision.survives(0.02, 1e-5, name) for name in ("bfloat16", "float16")})
+# ```
+#
+# The smallest surviving update scales with the weight: for $w = 0.02$ it is 9.31e-10 (float32), 6.13e-05
+# (bfloat16) and 7.6e-06 (float16); for $w = 1.0$: 2.98e-08, 0.00196, 0.000244; for $w = 8.0$: 2.38e-07,
+# 0.0157, 0.00195. So $10^{-5}$ on 0.02 is **lost in bfloat16** (it needs more than 6.1e-05) and **survives in
+# float16** (more than 7.6e-06): `{'bfloat16': False, 'float16': True}`. The relative precision is what
+# counts: about 2⁻⁸ of the weight for bfloat16, 2⁻¹¹ for float16.
+#
+# ```python
+# two = precision.train_mixed_precision("float16", device=device, steps=80, spike_at=(30, 31))
+# print(two.log_lines(every=20))
+# ```
+#
+# Both spiked steps overflow, so both are skipped and the scale halves twice: 65,536 → 32,768 → 16,384. The
+# final scale is 16,384, with 2 skipped steps; training carries on, because a skipped step changes no weight.
+#
+# </details>
+#
+# ## Knowledge check
+#
+# 1. The matrix multiplies run in bfloat16. Why keep a float32 copy of the weights at all?
+# 2. Training in float16 on a T4, the loss scale drops from 65,536 to 32,768 at step 60. Is the run broken?
+# 3. Why does bfloat16 need no loss scaling, while float16 does?
+# 4. You switch a 7-billion-parameter model with Adam from float32 to mixed precision. Does the model state
+#    (weights, gradients, optimizer) shrink?
+#
+# <details><summary>Show the answer</summary>
+#
+# 1. Because the update is tiny. Near 1.0, bfloat16's numbers are 0.0078 apart (0.0039 just below 1.0), so any
+#    update below about 0.002 rounds back to the old weight: a weight stored in bfloat16 would stop learning.
+#    The float32 master copy keeps every small update (its gap near 1.0 is about 10⁻⁷).
+# 2. No. Some gradient overflowed; `GradScaler` skipped that one update and halved the scale. That is how it
+#    finds a scale that fits. Worry if it keeps falling towards 1 or the loss turns into `nan`.
+# 3. Loss scaling fixes a **range** problem, not a precision problem. float16's 5 exponent bits end at 65,504 and
+#    flush values below about 3 × 10⁻⁸ to zero, where many gradients live. bfloat16 has float32's 8 exponent
+#    bits (down to about 10⁻³⁸), so small gradients survive without help.
+# 4. No. Weights, gradients and Adam's two moments stay float32: about 16 bytes per parameter, 112 GB for 7
+#    billion parameters. Mixed precision makes the maths faster and halves the *activations*; to shrink the
+#    state, quantize the frozen weights and train small adapters (QLoRA), or use an 8-bit optimizer.
+#
+# </details>
+#
+# ## Recap
+#
+# - Mixed precision computes in 16 bits and keeps the weights and the update in float32: matrix multiplies in
+#   bfloat16 or float16, losses (and on GPUs softmax and normalization) in float32, chosen by `torch.autocast`.
+# - An update smaller than half the gap between neighbouring numbers vanishes: in bfloat16 that is about 0.002
+#   for a weight of 1.0, in float16 0.00024, in float32 3 × 10⁻⁸. Hence the float32 master copy.
+# - float16 overflows above 65,504 and flushes tiny gradients to zero; a loss scale (65,536 to start) moves them
+#   into range, and `GradScaler` skips a step and halves the scale when something overflows. bfloat16 keeps
+#   float32's range and needs no scaling, but needs an Ampere or newer GPU; on a T4 use float16.
+# - Time GPU code with warm-up and synchronization (`torch.utils.benchmark`), and compare with the datasheet:
+#   an H100 offers about 990 TFLOPS in bfloat16 against 67 in float32; real training gains 2 to 3 times.
+# - In practice it is one flag: `autocast(dtype=...)` + `GradScaler(enabled=dtype == float16)` in your own loop,
+#   `bf16=True` / `fp16=True` in `TrainingArguments`, `mixed_precision="bf16"` in Accelerate,
+#   `precision="bf16-mixed"` in Lightning.
+# - The model state does not shrink: mixed precision buys speed and activation memory, not weight memory.

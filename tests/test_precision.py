@@ -1,0 +1,374 @@
+"""course_utils.precision: formats, tiny updates, loss scaling, autocast, timing and the training loop, on CPU."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils import hardware, precision
+
+
+# ---------------------------------------------------------------------------------------- formats
+@pytest.mark.parametrize("name, dtype", [
+    ("float32", torch.float32), ("fp32", torch.float32), ("torch.float32", torch.float32),
+    ("bfloat16", torch.bfloat16), ("BF16", torch.bfloat16), ("float16", torch.float16), ("half", torch.float16),
+    (torch.bfloat16, torch.bfloat16),
+])
+def test_resolve_dtype_accepts_names_and_dtypes(name, dtype) -> None:
+    assert precision.resolve_dtype(name) == dtype
+
+
+@pytest.mark.parametrize("bad", ["float64", "int8", "fp8", "", torch.float64, torch.int8])
+def test_resolve_dtype_rejects_unknown_formats(bad) -> None:
+    with pytest.raises(ValueError, match="dtype must be float32"):
+        precision.resolve_dtype(bad)
+
+
+@pytest.mark.parametrize("bad", [16, None, 1.5, [torch.float16]])
+def test_resolve_dtype_rejects_wrong_types(bad) -> None:
+    with pytest.raises(TypeError, match="dtype"):
+        precision.resolve_dtype(bad)
+
+
+def test_format_facts_match_the_lesson() -> None:
+    f32, bf16, f16 = (precision.format_facts(d) for d in ("float32", "bfloat16", "float16"))
+    assert (f32.mantissa_bits, bf16.mantissa_bits, f16.mantissa_bits) == (23, 7, 10)
+    assert f16.max == 65504.0
+    assert bf16.max > 3.3e38 and f32.max > 3.4e38          # bfloat16 keeps float32's range
+    assert bf16.smallest_normal == f32.smallest_normal
+    assert f16.smallest_normal == 2.0 ** -14 and f16.smallest_subnormal == 2.0 ** -24
+    assert bf16.eps == 2.0 ** -7 and f16.eps == 2.0 ** -10 and f32.eps == 2.0 ** -23
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_spacing_around_one_is_half_eps_below_and_eps_above(dtype) -> None:
+    eps = torch.finfo(precision.resolve_dtype(dtype)).eps
+    assert precision.spacing_around(1.0, dtype) == (eps / 2, eps)
+    assert precision.spacing_around(1.5, dtype) == (eps, eps)
+
+
+def test_spacing_and_casts_reject_bad_values() -> None:
+    with pytest.raises(ValueError, match="value must lie within"):
+        precision.spacing_around(70000.0, "float16")
+    with pytest.raises(ValueError, match="finite"):
+        precision.spacing_around(math.nan, "float32")
+    with pytest.raises(TypeError, match="value must be a number"):
+        precision.cast_value("1.0", "float32")  # type: ignore[arg-type]
+
+
+def test_cast_value_shows_float16_range() -> None:
+    assert precision.cast_value(70000, "float16") == math.inf
+    assert precision.cast_value(65504, "float16") == 65504
+    assert precision.cast_value(1e-8, "float16") == 0.0
+    assert precision.cast_value(1e-8, "bfloat16") != 0.0
+    assert precision.cast_value(70000, "bfloat16") == 70144.0  # kept, with bfloat16's coarse steps
+
+
+# ---------------------------------------------------------------------------------------- tiny updates
+def test_the_lesson_update_vanishes_in_16_bit_and_survives_in_float32() -> None:
+    assert precision.apply_update(1.0, 1e-4, "bfloat16") == 1.0
+    assert precision.apply_update(1.0, 1e-4, "float16") == 1.0
+    assert precision.apply_update(1.0, 1e-4, "float32") == pytest.approx(0.9999, abs=1e-7)
+    assert precision.survives(1.0, 1e-3, "float16") and not precision.survives(1.0, 1e-3, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_smallest_surviving_update_is_the_boundary(dtype) -> None:
+    u = precision.smallest_surviving_update(1.0, dtype)
+    below = torch.nextafter(torch.tensor(u), torch.tensor(0.0)).item()  # the float32 just below
+    assert precision.survives(1.0, u, dtype)
+    assert not precision.survives(1.0, below, dtype)
+    gap_below, _ = precision.spacing_around(1.0, dtype)
+    assert gap_below / 2 <= u < gap_below  # just above half the gap
+
+
+def test_smallest_surviving_update_in_float32_is_just_above_2_to_minus_25() -> None:
+    u = precision.smallest_surviving_update(1.0, "float32")
+    assert u == pytest.approx(2.0 ** -25 * (1 + 2.0 ** -23), rel=0)
+
+
+def test_repeated_updates_are_lost_in_16_bit() -> None:
+    assert precision.repeated_updates(1.0, 1e-4, 1000, "float32") == pytest.approx(0.9, abs=1e-4)
+    assert precision.repeated_updates(1.0, 1e-4, 1000, "bfloat16") == 1.0
+    assert precision.repeated_updates(1.0, 1e-4, 1000, "float16") == 1.0
+
+
+@pytest.mark.parametrize("steps, exc", [(0, ValueError), (-5, ValueError), (100_001, ValueError),
+                                        (2.0, TypeError), (True, TypeError)])
+def test_repeated_updates_rejects_bad_steps(steps, exc) -> None:
+    with pytest.raises(exc, match="steps"):
+        precision.repeated_updates(1.0, 1e-4, steps, "float32")
+
+
+def test_update_table_marks_lost_updates() -> None:
+    table = precision.update_table([1e-4], dtypes=("float32", "bfloat16"))
+    header, row = table.splitlines()
+    assert "float32" in header and "bfloat16" in header
+    assert row.count("(lost)") == 1 and "0.99989998" in row
+    with pytest.raises(ValueError, match="updates"):
+        precision.update_table([])
+
+
+def test_update_report_text_and_bad_input() -> None:
+    text = precision.update_report("bf16", 1e-4)
+    assert "LOST" in text and "0.999899983" in text and "1.961e-03" in text
+    assert "survives" in precision.update_report("fp16", 3e-4)
+    for bad in (0.0, -1e-3):
+        with pytest.raises(ValueError, match="update must be > 0"):
+            precision.update_report("float16", bad)
+    with pytest.raises(ValueError, match="dtype"):
+        precision.update_report("fp8", 1e-3)
+
+
+# ---------------------------------------------------------------------------------------- range, loss scaling
+def test_synthetic_gradients_are_reproducible() -> None:
+    a, b = precision.synthetic_gradients(1000, seed=3), precision.synthetic_gradients(1000, seed=3)
+    assert a.dtype == torch.float32 and torch.equal(a, b) and (a < 0).any() and (a > 0).any()
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"n": 0}, ValueError), ({"n": -3}, ValueError), ({"n": 2.5}, TypeError),
+    ({"log10_std": 0.0}, ValueError), ({"log10_mean": 99.0}, ValueError), ({"log10_mean": math.inf}, ValueError),
+])
+def test_synthetic_gradients_bad_input(kwargs, exc) -> None:
+    with pytest.raises(exc):
+        precision.synthetic_gradients(**kwargs)
+
+
+def test_fp16_cast_stats_on_known_values() -> None:
+    values = torch.tensor([1e-9, 1e-6, 1e-3, 1.0, 1e5])
+    plain = precision.fp16_cast_stats(values)
+    assert (plain.zero_fraction, plain.subnormal_fraction, plain.overflow_fraction) == (0.2, 0.2, 0.2)
+    scaled = precision.fp16_cast_stats(values, scale=65536.0)
+    assert scaled.zero_fraction == 0.0          # 1e-9 * 65536 = 6.6e-5: a normal float16
+    assert scaled.overflow_fraction == 0.4      # 1.0 * 65536 > 65504 overflows too, not only 1e5
+    assert math.isclose(sum(scaled[1:]), 1.0)
+
+
+def test_loss_scaling_rescues_most_synthetic_gradients() -> None:
+    g = precision.synthetic_gradients()
+    before, after = precision.fp16_cast_stats(g), precision.fp16_cast_stats(g, 65536.0)
+    assert before.zero_fraction > 0.1 and after.zero_fraction < 0.001
+    assert after.overflow_fraction < 0.001
+
+
+@pytest.mark.parametrize("args, exc", [
+    ((torch.tensor([]),), ValueError), ((torch.tensor([1, 2]),), ValueError), (([1.0],), TypeError),
+    ((torch.zeros(3),), ValueError), ((torch.ones(3), 0.0), ValueError), ((torch.ones(3), -2.0), ValueError),
+])
+def test_fp16_cast_stats_bad_input(args, exc) -> None:
+    with pytest.raises(exc):
+        precision.fp16_cast_stats(*args)
+
+
+# ---------------------------------------------------------------------------------------- autocast
+def test_autocast_example_prints_the_seed_lines_on_cpu() -> None:
+    lines = precision.dtype_lines(precision.autocast_example("cpu"))
+    assert lines == ("weights:  torch.float32\noutput:   torch.bfloat16\n"
+                     "loss:     torch.float32\ngradient: torch.float32")
+
+
+def test_autocast_example_in_float16_says_so() -> None:
+    dtypes = precision.autocast_example("cpu", "float16")
+    assert dtypes["output"] == torch.float16 and dtypes["gradient"] == torch.float32
+    with pytest.raises(ValueError, match="16-bit"):
+        precision.autocast_example("cpu", "float32")
+
+
+def test_autocast_op_dtypes_losses_stay_in_float32() -> None:
+    ops = precision.autocast_op_dtypes("cpu")
+    assert ops["linear (matmul)"] == torch.bfloat16
+    assert ops["cross_entropy"] == torch.float32 and ops["mse_loss"] == torch.float32
+
+
+def test_lesson_dtype_follows_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert precision.lesson_dtype("cuda") == torch.float16          # T4
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert precision.lesson_dtype("cuda") == torch.bfloat16         # H100
+
+
+# ---------------------------------------------------------------------------------------- matmul timing
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_time_matmul_small_on_cpu(dtype) -> None:
+    t = precision.time_matmul(64, dtype, "cpu", repeats=2)
+    assert t.size == 64 and t.dtype == dtype and t.device == "cpu"
+    assert t.ms > 0 and t.tflops > 0
+    assert t.tflops == pytest.approx(2 * 64 ** 3 / (t.ms / 1e3) / 1e12)
+    assert t.gflops == pytest.approx(t.tflops * 1000)
+
+
+def test_float16_is_never_timed_on_cpu() -> None:
+    assert precision.timing_refusal("float16", "cpu") is not None
+    assert precision.timing_refusal("bfloat16", "cpu") is None
+    with pytest.raises(ValueError, match="float16 is not timed on a CPU"):
+        precision.time_matmul(64, "float16", "cpu")
+    assert "100-1000x slower" in precision.matmul_report(256, "fp16", "cpu")
+
+
+@pytest.mark.parametrize("size, exc", [(0, ValueError), (-8, ValueError), (16385, ValueError),
+                                       (64.0, TypeError), (True, TypeError), ("64", TypeError)])
+def test_matmul_sizes_are_checked(size, exc) -> None:
+    with pytest.raises(exc, match="size"):
+        precision.time_matmul(size, "float32", "cpu")
+    with pytest.raises(exc, match="size"):
+        precision.matmul_flops(size)
+
+
+@pytest.mark.parametrize("repeats, exc", [(0, ValueError), (1001, ValueError), (2.0, TypeError)])
+def test_time_matmul_repeats_are_checked(repeats, exc) -> None:
+    with pytest.raises(exc, match="repeats"):
+        precision.time_matmul(8, "float32", "cpu", repeats=repeats)
+
+
+def test_matmul_report_bounds_cpu_sizes() -> None:
+    with pytest.raises(ValueError, match="at most 4096"):
+        precision.matmul_report(8192, "bfloat16", "cpu")
+
+
+def test_matmul_flops_and_default_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert precision.matmul_flops(4096) == 2 * 4096 ** 3
+    assert precision.default_matmul_size("cpu") == 2048
+    assert precision.default_matmul_size("cuda") == 4096
+
+
+def test_fraction_of_peak_and_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    sheet = hardware.DATASHEETS["H100"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    fp32 = precision.MatmulTiming(4096, "float32", "cuda", 4.0, 33.5)
+    bf16 = precision.MatmulTiming(4096, "bfloat16", "cuda", 0.25, 549.8)
+    assert precision.fraction_of_peak(fp32, sheet) == pytest.approx(33.5 / 67.0)
+    assert precision.fraction_of_peak(bf16, sheet) == pytest.approx(549.8 / 989.0)
+    assert precision.fraction_of_peak(bf16, None) is None
+    report = precision.timing_report([fp32, bf16], sheet)
+    assert "16.0x faster than float32" in report and "56% of the NVIDIA H100 SXM datasheet peak" in report
+    # A T4 has no native bfloat16: its datasheet gives no bfloat16 peak to compare with.
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert precision.fraction_of_peak(bf16, hardware.DATASHEETS["T4"]) is None
+    cpu = precision.MatmulTiming(2048, "float32", "cpu", 200.0, 0.0859)
+    assert precision.fraction_of_peak(cpu, sheet) is None
+    with pytest.raises(ValueError, match="timings"):
+        precision.timing_report([])
+
+
+# ---------------------------------------------------------------------------------------- training
+def test_digits_task_is_fixed_and_offline() -> None:
+    task = precision.digits_task()
+    assert task.x_train.shape == (1438, 64) and task.x_test.shape == (359, 64)
+    assert float(task.x_train.max()) == 1.0
+    first = next(task.batches(1, 8, seed=1))
+    again = next(task.batches(1, 8, seed=1))
+    assert torch.equal(first[1], again[1])
+    with pytest.raises(ValueError, match="batch_size"):
+        next(task.batches(1, 0))
+    with pytest.raises(ValueError, match="steps"):
+        next(task.batches(0, 8))
+    with pytest.raises(ValueError, match="test_fraction"):
+        precision.digits_task(test_fraction=1.0)
+
+
+def test_make_classifier_leaves_global_rng_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    a, b = precision.make_classifier(5), precision.make_classifier(5)
+    assert torch.equal(torch.rand(1), expected)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    with pytest.raises(ValueError, match="hidden"):
+        precision.make_classifier(hidden=0)
+
+
+@pytest.fixture(scope="module")
+def task() -> precision.Task:
+    return precision.digits_task()
+
+
+def test_bf16_loop_learns_with_scaler_off(task) -> None:
+    result = precision.train_mixed_precision("bfloat16", device="cpu", steps=60, task=task)
+    losses = [log.loss for log in result.history]
+    assert result.dtype == "bfloat16" and result.loss_scaling is False
+    assert {log.scale for log in result.history} == {1.0} and not any(log.skipped for log in result.history)
+    assert sum(losses[-10:]) / 10 < 0.5 * losses[0]
+    assert result.test_accuracy > 0.8
+
+
+def test_float32_loop_is_the_same_loop_with_autocast_off(task) -> None:
+    result = precision.train_mixed_precision("float32", device="cpu", steps=60, task=task)
+    assert result.dtype == "float32" and result.loss_scaling is False
+    assert result.history[-1].loss < result.history[0].loss
+
+
+def test_float16_loop_skips_an_overflowing_step_and_halves_the_scale(task) -> None:
+    result = precision.train_mixed_precision("float16", device="cpu", steps=12, task=task, spike_at=(5,))
+    assert result.loss_scaling is True
+    scales = [log.scale for log in result.history]
+    assert scales[:4] == [65536.0] * 4 and scales[4:] == [32768.0] * 8
+    assert [log.step for log in result.history if log.skipped] == [5]
+    text = result.log_lines(every=10)
+    assert "step   5" in text and "skipped" in text and "loss scale 65,536" in text
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dtype": "int8"}, "dtype"), ({"steps": 0}, "steps"), ({"lr": 0.0}, "lr"), ({"lr": 5.0}, "lr"),
+    ({"spike_at": (0,)}, "spike_at"), ({"spike_at": (99,)}, "spike_at"), ({"spike_factor": -1.0}, "spike_factor"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_train_mixed_precision_bad_input(task, kwargs, match) -> None:
+    kwargs = {"steps": 10, "task": task, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        precision.train_mixed_precision(**kwargs)
+
+
+def test_log_lines_bad_every() -> None:
+    with pytest.raises(ValueError, match="every"):
+        precision.TrainResult("bfloat16", False).log_lines(every=0)
+
+
+# ---------------------------------------------------------------------------------------- libraries
+@pytest.mark.parametrize("capability, expected", [((7, 5), {"fp16": True}), ((8, 0), {"bf16": True}),
+                                                  ((9, 0), {"bf16": True})])
+def test_training_arguments_follow_the_gpu(monkeypatch: pytest.MonkeyPatch, capability, expected) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert precision.training_arguments_kwargs("cuda") == expected
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit deprecations raised inside transformers
+def test_training_arguments_on_cpu_build_without_error(tmp_path) -> None:
+    kwargs = precision.training_arguments_kwargs("cpu")
+    assert kwargs == {"bf16": True, "use_cpu": True}
+    hardware.import_bitsandbytes()  # quiet import first: transformers imports bitsandbytes
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", **kwargs)
+    assert args.bf16 and not args.fp16 and args.device.type == "cpu"
+
+
+def test_library_settings() -> None:
+    bf16, fp16 = precision.library_settings("bf16"), precision.library_settings(torch.float16)
+    assert bf16["PyTorch Lightning"] == 'Trainer(precision="bf16-mixed")'
+    assert fp16["PyTorch Lightning"] == 'Trainer(precision="16-mixed")'
+    assert fp16["Hugging Face Accelerate"] == 'Accelerator(mixed_precision="fp16")'
+    assert "bf16=True" in bf16["Hugging Face Trainer"]
+    with pytest.raises(ValueError, match="float32"):
+        precision.library_settings("float32")
+
+
+# ---------------------------------------------------------------------------------------- tables
+def test_formats_table_and_cast_table() -> None:
+    formats = precision.formats_table()
+    assert "16 (1/8/7)" in formats and "16 (1/5/10)" in formats and "65504" in formats
+    casts = precision.cast_table([100_000.0, 1e-8], dtypes=("bfloat16", "float16"))
+    assert "99840" in casts and "inf" in casts
+    with pytest.raises(ValueError, match="dtypes"):
+        precision.formats_table(())
+    with pytest.raises(ValueError, match="values"):
+        precision.cast_table([])
+    with pytest.raises(ValueError, match="dtype"):
+        precision.cast_table([1.0], dtypes=("int4",))
+    with pytest.raises(TypeError, match="values"):
+        precision.cast_table(["big"])  # type: ignore[list-item]
