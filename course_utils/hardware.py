@@ -205,16 +205,18 @@ def import_bitsandbytes():
 # Summary
 # --------------------------------------------------------------------------------------------
 def versions() -> dict[str, str]:
-    """Versions of Python and the course's main packages (those that are installed)."""
+    """Versions of Python and the course's main packages (those that are installed).
+
+    Read from the installed package metadata, so nothing heavy is imported just to print a version.
+    """
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "bitsandbytes", "peft", "accelerate", "numpy", "matplotlib", "ipywidgets"):
         try:
-            module = import_bitsandbytes() if name == "bitsandbytes" else __import__(name)
-            if module is None:
-                continue
-        except Exception:  # noqa: BLE001 - a broken optional package must not break setup
+            out[name] = version(name)
+        except PackageNotFoundError:
             continue
-        out[name] = str(getattr(module, "__version__", "?"))
     return out
 
 

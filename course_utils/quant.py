@@ -1,0 +1,516 @@
+"""Quantization from scratch: integer codes, scales, zero-points, blocks, NF4, and what it all costs.
+
+The whole idea in two lines (for one scale ``s`` and zero-point ``z``)::
+
+    q = clamp(round(x / s) + z)        # store small integers
+    x_hat = s * (q - z)                # read them back; x - x_hat is the quantization error
+
+* **Symmetric** (``z = 0``): levels ``-(2**(b-1) - 1) ... 2**(b-1) - 1`` (int8: -127..127, int4: -7..7),
+  ``s = max|x| / q_max``, so the value furthest from zero lands exactly on a level.
+* **Asymmetric** (with a zero-point): levels ``0 ... 2**b - 1``, ``s = (hi - lo) / (2**b - 1)`` over
+  ``lo = min(x, 0)`` and ``hi = max(x, 0)``, ``z = round(-lo / s)``. Keeping 0 in the range means 0 is
+  stored exactly, and every value is at most ``s / 2`` from its read-back.
+* **Blocks**: with ``block_size=64`` every 64 consecutive values (in row-major order) get their own scale
+  (and zero-point), so one outlier only coarsens its own block. Real 4-bit formats work this way.
+* **NF4**: 16 levels placed at quantiles of the normal distribution instead of evenly, with one absmax
+  scale per block of 64 (the format QLoRA uses). :func:`nf4_levels` derives them; :func:`bnb_nf4_levels`
+  and :func:`bnb_nf4_round_trip` ask bitsandbytes for its own, when it is installed.
+
+Sizes count what a real format would store: the codes packed at ``bits`` bits each, a float32 scale
+(4 bytes) per block, and for asymmetric formats a zero-point packed at ``bits`` bits per block.
+Everything here runs on CPU or GPU; the maths is done in float32.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Sequence
+
+import torch
+
+#: Bit widths :func:`quantize` supports.
+MIN_BITS, MAX_BITS = 2, 8
+#: Bytes of one stored scale (a float32, as in bitsandbytes' absmax and the lesson's "4 bytes for the step").
+SCALE_BYTES = 4
+
+# --------------------------------------------------------------------------------------------
+# The lesson's eight weights (seed: "Quantization: fewer bits per weight")
+# --------------------------------------------------------------------------------------------
+#: Eight made-up float32 weights; the one furthest from zero is -0.35.
+EIGHT_WEIGHTS: tuple[float, ...] = (0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18, 0.07)
+#: Their 4-bit steps (levels -7..7), one step = 0.35 / 7 = 0.05.
+EIGHT_STEPS_4BIT: tuple[int, ...] = (2, -1, 6, -4, 0, -7, 4, 1)
+EIGHT_STEP_4BIT = 0.05
+#: Read back (step x 0.05) and error (read-back - weight), to two decimals.
+EIGHT_READ_BACK_4BIT: tuple[float, ...] = (0.10, -0.05, 0.30, -0.20, 0.00, -0.35, 0.20, 0.05)
+EIGHT_ERRORS_4BIT: tuple[float, ...] = (-0.02, 0.0, -0.01, 0.02, -0.02, 0.0, 0.02, -0.02)
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+def check_bits(bits: object, name: str = "bits") -> int:
+    """``bits`` as an int in MIN_BITS..MAX_BITS, or a clear TypeError/ValueError."""
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise TypeError(f"{name} must be an int from {MIN_BITS} to {MAX_BITS}, got {type(bits).__name__} {bits!r}")
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise ValueError(f"{name} must be from {MIN_BITS} to {MAX_BITS}, got {bits}")
+    return bits
+
+
+def check_block_size(block_size: object, name: str = "block_size") -> int | None:
+    """``block_size`` as None (one scale for the whole tensor) or a positive int."""
+    if block_size is None:
+        return None
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(f"{name} must be a positive int or None, got {type(block_size).__name__} {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"{name} must be a positive int (1 or more) or None, got {block_size}")
+    return block_size
+
+
+def check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch.Tensor:
+    """``x`` as a non-empty floating-point tensor of finite values, or a clear TypeError/ValueError."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating-point dtype (float32, bfloat16, ...), got {x.dtype}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty (shape {tuple(x.shape)})")
+    if check_finite:
+        low, high = torch.aminmax(x.detach())  # NaN and inf propagate here: one cheap pass
+        _check_finite(torch.stack([low, high]), name)
+    return x
+
+
+def _check_finite(stats: torch.Tensor, name: str) -> None:
+    if not bool(torch.isfinite(stats).all()):
+        raise ValueError(f"{name} contains NaN or inf values (or values too large for float32); "
+                         "quantization needs finite numbers")
+
+
+def _check_bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Quantize / dequantize
+# --------------------------------------------------------------------------------------------
+def level_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
+    """Smallest and largest integer code: symmetric ``(-(2**(b-1)-1), 2**(b-1)-1)``, else ``(0, 2**b-1)``."""
+    bits = check_bits(bits)
+    _check_bool(symmetric, "symmetric")
+    if symmetric:
+        q_max = 2 ** (bits - 1) - 1
+        return -q_max, q_max
+    return 0, 2**bits - 1
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A quantized tensor: everything needed to read it back, and nothing more.
+
+    ``codes`` has the original shape (int8 for symmetric formats, uint8 otherwise, indices into
+    ``codebook`` for NF4). ``scales`` (and ``zero_points``, asymmetric only) hold one value per block:
+    one block for the whole tensor when ``block_size`` is None, else ``ceil(numel / block_size)``
+    blocks of consecutive values in row-major order.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    zero_points: torch.Tensor | None
+    bits: int
+    block_size: int | None
+    shape: tuple[int, ...]
+    symmetric: bool
+    dtype: torch.dtype = torch.float32
+    codebook: torch.Tensor | None = None
+
+    @property
+    def numel(self) -> int:
+        """Number of quantized values."""
+        return math.prod(self.shape)
+
+    @property
+    def n_blocks(self) -> int:
+        """Number of blocks, i.e. of stored scales."""
+        return int(self.scales.numel())
+
+    @property
+    def name(self) -> str:
+        """A short label such as 'int4', 'int8 + zero-point, blocks of 64' or 'nf4, blocks of 64'."""
+        base = "nf4" if self.codebook is not None else f"int{self.bits}"
+        if not self.symmetric:
+            base += " + zero-point"
+        return base + (f", blocks of {self.block_size}" if self.block_size else ", one scale")
+
+
+def _blocks(flat: torch.Tensor, block_size: int | None) -> torch.Tensor:
+    """``flat`` as a (n_blocks, block) matrix, zero-padded at the end (zeros never change a block's range)."""
+    n = flat.numel()
+    if block_size is None or block_size >= n:
+        return flat.reshape(1, n)
+    pad = (-n) % block_size
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return flat.reshape(-1, block_size)
+
+
+def _compute_view(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().reshape(-1).to(torch.float32)
+
+
+def quantize(x: torch.Tensor, bits: int, block_size: int | None = None, symmetric: bool = True) -> QuantizedTensor:
+    """Quantize ``x`` to ``bits``-bit integer codes with one scale per tensor or per block.
+
+    Symmetric: ``s = max|x| / q_max``, ``q = round(x / s)``. Asymmetric: ``s = (hi - lo) / (2**b - 1)``,
+    ``z = round(-lo / s)``, ``q = clamp(round(x / s) + z, 0, 2**b - 1)``. A block of zeros gets scale 0 and
+    reads back as zeros (no division by zero). See :func:`dequantize` for the way back.
+    """
+    x = check_tensor(x, check_finite=False)  # the block statistics below catch NaN and inf for free
+    bits = check_bits(bits)
+    block_size = check_block_size(block_size)
+    symmetric = _check_bool(symmetric, "symmetric")
+    q_min, q_max = level_range(bits, symmetric)
+    blocks = _blocks(_compute_view(x), block_size)
+    low, high = torch.aminmax(blocks, dim=1)
+    _check_finite(torch.cat([low, high]), "x")
+
+    if symmetric:
+        scales = torch.maximum(low.neg(), high) / q_max
+        safe = torch.where(scales > 0, scales, torch.ones_like(scales)).unsqueeze(1)
+        # |x| <= max|x| = q_max * s, so round(x / s) is already within -q_max..q_max: no clamp needed
+        codes = (blocks / safe).round_().to(torch.int8)
+        zero_points = None
+    else:
+        low, high = low.clamp(max=0.0), high.clamp(min=0.0)  # keep 0 in range: it is stored exactly
+        scales = high / q_max - low / q_max  # = (high - low) / q_max, without overflow near float32's max
+        safe = torch.where(scales > 0, scales, torch.ones_like(scales))
+        zero_points = torch.round(-low / safe).clamp_(q_min, q_max)
+        codes = (blocks / safe.unsqueeze(1)).round_().add_(zero_points.unsqueeze(1)).clamp_(q_min, q_max)
+        codes = codes.to(torch.uint8)
+        zero_points = zero_points.to(torch.uint8)
+
+    codes = codes.reshape(-1)[: x.numel()].reshape(x.shape)
+    return QuantizedTensor(codes=codes, scales=scales, zero_points=zero_points, bits=bits, block_size=block_size,
+                           shape=tuple(x.shape), symmetric=symmetric, dtype=x.dtype)
+
+
+def dequantize(q: QuantizedTensor) -> torch.Tensor:
+    """Read a :class:`QuantizedTensor` back as floats: ``s * (q - z)`` (or ``s * codebook[q]`` for NF4)."""
+    if not isinstance(q, QuantizedTensor):
+        raise TypeError(f"q must be a QuantizedTensor (from quantize or quantize_nf4), got {type(q).__name__}")
+    flat = q.codes.reshape(-1)
+    if q.codebook is not None:
+        values = q.codebook.to(q.scales.device)[flat.long()]
+    else:
+        values = flat.to(torch.float32)
+    blocks = _blocks(values, q.block_size)
+    if q.zero_points is not None:
+        blocks = blocks.sub_(q.zero_points.to(torch.float32).unsqueeze(1))
+    out = blocks.mul_(q.scales.unsqueeze(1))
+    return out.reshape(-1)[: q.numel].reshape(q.shape).to(q.dtype)
+
+
+def round_trip(x: torch.Tensor, bits: int, block_size: int | None = None,
+               symmetric: bool = True) -> torch.Tensor:
+    """``dequantize(quantize(x, ...))``: the values a quantized model computes with."""
+    return dequantize(quantize(x, bits, block_size, symmetric))
+
+
+# --------------------------------------------------------------------------------------------
+# What it costs: size and error
+# --------------------------------------------------------------------------------------------
+class Storage(NamedTuple):
+    """Bytes a quantized tensor takes, split into the codes and the overhead that makes them readable."""
+
+    codes: int
+    scales: int
+    zero_points: int
+
+    @property
+    def total(self) -> int:
+        """All bytes: codes + scales + zero-points."""
+        return self.codes + self.scales + self.zero_points
+
+
+def storage(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> Storage:
+    """Bytes of ``q``: codes packed at ``bits`` bits, ``scale_bytes`` per scale, zero-points packed at ``bits`` bits."""
+    if not isinstance(q, QuantizedTensor):
+        raise TypeError(f"q must be a QuantizedTensor, got {type(q).__name__}")
+    if isinstance(scale_bytes, bool) or not isinstance(scale_bytes, int):
+        raise TypeError(f"scale_bytes must be a positive int, got {type(scale_bytes).__name__}")
+    if scale_bytes < 1:
+        raise ValueError(f"scale_bytes must be a positive int (4 for float32, 2 for 16-bit), got {scale_bytes}")
+    zero_point_bytes = 0 if q.zero_points is None else math.ceil(q.n_blocks * q.bits / 8)
+    return Storage(codes=math.ceil(q.numel * q.bits / 8), scales=q.n_blocks * scale_bytes,
+                   zero_points=zero_point_bytes)
+
+
+def storage_bytes(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> int:
+    """Total bytes of ``q``, scales and zero-points included."""
+    return storage(q, scale_bytes).total
+
+
+def bits_per_weight(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> float:
+    """Average stored bits per value, overhead included (int4 with a float32 scale per 64 values: 4.5)."""
+    return storage_bytes(q, scale_bytes) * 8 / q.numel
+
+
+def mean_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
+    """Average of ``|x - x_hat|`` (``x_hat`` may be a QuantizedTensor; it is read back first)."""
+    x = check_tensor(x)
+    if isinstance(x_hat, QuantizedTensor):
+        x_hat = dequantize(x_hat)
+    if not isinstance(x_hat, torch.Tensor):
+        raise TypeError(f"x_hat must be a tensor or a QuantizedTensor, got {type(x_hat).__name__}")
+    if x_hat.shape != x.shape:
+        raise ValueError(f"x_hat must have the shape of x {tuple(x.shape)}, got {tuple(x_hat.shape)}")
+    return float((x.float() - x_hat.float()).abs_().mean())
+
+
+def max_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
+    """Largest ``|x - x_hat|``."""
+    x = check_tensor(x)
+    if isinstance(x_hat, QuantizedTensor):
+        x_hat = dequantize(x_hat)
+    if not isinstance(x_hat, torch.Tensor) or x_hat.shape != x.shape:
+        raise ValueError(f"x_hat must be a tensor with the shape of x {tuple(x.shape)}")
+    return float((x.float() - x_hat.float()).abs().max())
+
+
+class SchemeResult(NamedTuple):
+    """One row of a scheme comparison."""
+
+    scheme: str
+    bits: int
+    mean_error: float
+    size_bytes: int
+    bits_per_weight: float
+
+
+#: The schemes :func:`compare_schemes` tries by default: (label, block_size, symmetric).
+DEFAULT_SCHEMES: tuple[tuple[str, int | None, bool], ...] = (
+    ("one scale", None, True),
+    ("blocks of 64", 64, True),
+    ("one scale + zero-point", None, False),
+    ("blocks of 64 + zero-points", 64, False),
+)
+
+
+def compare_schemes(x: torch.Tensor, bits_list: Sequence[int] = (4, 8),
+                    schemes: Sequence[tuple[str, int | None, bool]] = DEFAULT_SCHEMES) -> list[SchemeResult]:
+    """Quantize ``x`` with every scheme at every bit width; report average error and size incl. overhead."""
+    x = check_tensor(x)
+    if not bits_list:
+        raise ValueError("bits_list must name at least one bit width")
+    rows = []
+    for bits in bits_list:
+        check_bits(bits, "bits_list item")
+        for label, block_size, symmetric in schemes:
+            q = quantize(x, bits, block_size, symmetric)
+            rows.append(SchemeResult(label, bits, mean_abs_error(x, q), storage_bytes(q), bits_per_weight(q)))
+    return rows
+
+
+def format_scheme_table(rows: Sequence[SchemeResult], float32_bytes: int | None = None) -> str:
+    """A fixed-width text table of :func:`compare_schemes` rows (sizes in MB = 10**6 bytes)."""
+    lines = [f"{'scheme':<28}{'bits':>5}{'avg error':>11}{'size MB':>10}{'bits/weight':>13}"]
+    if float32_bytes is not None:
+        lines.append(f"{'float32 (no quantization)':<28}{32:>5}{0:>11.4f}{float32_bytes / 1e6:>10.2f}{32:>13.3f}")
+    for r in rows:
+        lines.append(f"{r.scheme:<28}{r.bits:>5}{r.mean_error:>11.4f}{r.size_bytes / 1e6:>10.2f}"
+                     f"{r.bits_per_weight:>13.3f}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The eight-number table
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EightNumbers:
+    """The lesson's eight weights quantized symmetrically with one scale: steps, read-back and errors."""
+
+    bits: int
+    weights: tuple[float, ...]
+    steps: tuple[int, ...]
+    step: float
+    read_back: tuple[float, ...]
+    errors: tuple[float, ...]  # read_back - weight
+
+    @property
+    def decimals(self) -> int:
+        """Digits to print: 2 when the step is a whole number of hundredths (0.05, 0.35), else 3 significant."""
+        if abs(round(self.step, 2) - self.step) < 1e-7:
+            return 2
+        return max(2, 2 - math.floor(math.log10(self.step)))
+
+
+def eight_numbers(bits: int = 4, weights: Sequence[float] = EIGHT_WEIGHTS) -> EightNumbers:
+    """Quantize the lesson's eight weights (symmetric, one scale ``max|x| / q_max``) and read them back.
+
+    At 4 bits the step is 0.35 / 7 = 0.05 and the rows are exactly the lesson's table.
+    """
+    bits = check_bits(bits)
+    x = torch.tensor(list(weights), dtype=torch.float32)
+    q = quantize(x, bits)
+    x_hat = dequantize(q)
+    return EightNumbers(bits=bits, weights=tuple(float(v) for v in weights),
+                        steps=tuple(int(v) for v in q.codes.tolist()), step=float(q.scales[0]),
+                        read_back=tuple(x_hat.tolist()), errors=tuple((x_hat - x).tolist()))
+
+
+def _fmt(value: float, decimals: int, signed: bool = False) -> str:
+    if abs(value) < 0.5 * 10 ** -decimals:
+        return f"{0:.{decimals}f}" if not signed else "0"
+    return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+
+
+def format_eight_numbers(table: EightNumbers) -> str:
+    """The table as text, one row per line, as the lesson prints it (errors with a sign, 0 when none)."""
+    if not isinstance(table, EightNumbers):
+        raise TypeError(f"table must be an EightNumbers (from eight_numbers), got {type(table).__name__}")
+    d = table.decimals
+    width = max(7, d + 4)
+
+    def row(label: str, cells: Sequence[str]) -> str:
+        return f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells)
+
+    step_text = _fmt(table.step, d)
+    return "\n".join([
+        row("Weight (float32)", [f"{w:.2f}" for w in table.weights]),
+        row(f"Stored step ({table.bits}-bit)", [str(s) for s in table.steps]),
+        row(f"Read back (step x {step_text})", [_fmt(v, d) for v in table.read_back]),
+        row("Error (read back - weight)", [_fmt(e, d, signed=True) for e in table.errors]),
+    ])
+
+
+# --------------------------------------------------------------------------------------------
+# NF4: 16 levels at normal quantiles
+# --------------------------------------------------------------------------------------------
+#: Outermost quantile NF4 uses: the mean of 1 - 1/(2*15) and 1 - 1/(2*16) (QLoRA, and bitsandbytes' code).
+NF4_OFFSET = (1 - 1 / (2 * 15) + 1 - 1 / (2 * 16)) / 2  # 0.96770833...
+
+
+def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
+    """The 16 NF4 levels in [-1, 1], derived from quantiles of the standard normal distribution.
+
+    Weights of trained networks look roughly normal, so levels should be dense near 0 and sparse in the
+    tails. NF4 takes 8 evenly spaced probabilities from ``offset`` down to 0.5 for the positive side and 7
+    for the negative side, turns each into a z-score with the inverse normal CDF (``ndtri``), adds an exact
+    0, and divides by the largest so the levels span [-1, 1]. The extra positive level is the price of
+    having an exact zero in 16 (an even number of) levels. ``offset`` keeps the outermost quantile finite.
+    """
+    if not isinstance(offset, float) or not 0.5 < offset < 1.0:
+        raise ValueError(f"offset must be a float between 0.5 and 1 (exclusive), got {offset!r}")
+    pos = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
+    neg = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
+    levels = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
+    return (levels / levels.max()).to(torch.float32)
+
+
+def quantize_nf4(x: torch.Tensor, block_size: int = 64, levels: torch.Tensor | None = None) -> QuantizedTensor:
+    """NF4 from scratch: per block, divide by absmax, snap to the nearest of the 16 ``levels``, store its index."""
+    x = check_tensor(x, check_finite=False)
+    block_size = check_block_size(block_size)
+    if block_size is None:
+        raise ValueError("block_size must be a positive int for NF4 (64 in QLoRA)")
+    levels = nf4_levels() if levels is None else levels
+    if not isinstance(levels, torch.Tensor) or levels.shape != (16,):
+        raise ValueError("levels must be a tensor of 16 sorted values in [-1, 1]")
+    levels = levels.to(torch.float32).to(x.device)
+    blocks = _blocks(_compute_view(x), block_size)
+    low, high = torch.aminmax(blocks, dim=1)
+    _check_finite(torch.cat([low, high]), "x")
+    absmax = torch.maximum(low.neg(), high)
+    safe = torch.where(absmax > 0, absmax, torch.ones_like(absmax)).unsqueeze(1)
+    midpoints = (levels[1:] + levels[:-1]) / 2
+    codes = torch.bucketize(blocks / safe, midpoints).to(torch.uint8)  # a tie goes to the lower level
+    codes = codes.reshape(-1)[: x.numel()].reshape(x.shape)
+    return QuantizedTensor(codes=codes, scales=absmax, zero_points=None, bits=4, block_size=block_size,
+                           shape=tuple(x.shape), symmetric=True, dtype=x.dtype, codebook=levels)
+
+
+def bnb_nf4_levels() -> torch.Tensor | None:
+    """bitsandbytes' own NF4 code book (16 values), or None when bitsandbytes is not installed."""
+    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+
+    bnb = import_bitsandbytes()
+    if bnb is None:
+        return None
+    import bitsandbytes.functional as F  # noqa: PLC0415, N812
+
+    return F.get_4bit_type("nf4", device="cpu")[:16].to(torch.float32).clone()
+
+
+class BnbNF4(NamedTuple):
+    """bitsandbytes' NF4 round trip of a tensor: the read-back values and the bytes it stored."""
+
+    x_hat: torch.Tensor
+    size_bytes: int
+
+
+def bnb_nf4_round_trip(x: torch.Tensor, block_size: int = 64) -> BnbNF4 | None:
+    """Quantize with ``bitsandbytes.functional.quantize_4bit`` (NF4) and read back with ``dequantize_4bit``.
+
+    Returns None when bitsandbytes is not installed. ``size_bytes`` counts the packed codes and the float32
+    absmax per block, like :func:`storage_bytes`.
+    """
+    x = check_tensor(x)
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+    if block_size not in (64, 128, 256, 512, 1024, 2048, 4096):
+        raise ValueError(f"block_size must be a power of two from 64 to 4096 for bitsandbytes, got {block_size}")
+    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+
+    if import_bitsandbytes() is None:
+        return None
+    import bitsandbytes.functional as F  # noqa: PLC0415, N812
+
+    src = x.detach().contiguous()
+    if src.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        src = src.to(torch.float32)
+    packed, state = F.quantize_4bit(src, blocksize=block_size, quant_type="nf4")
+    x_hat = F.dequantize_4bit(packed, state).to(x.dtype).reshape(x.shape)
+    size = packed.numel() * packed.element_size() + state.absmax.numel() * state.absmax.element_size()
+    return BnbNF4(x_hat=x_hat, size_bytes=int(size))
+
+
+# --------------------------------------------------------------------------------------------
+# Whole models
+# --------------------------------------------------------------------------------------------
+def quantize_model_weights(model: torch.nn.Module, bits: int, block_size: int | None | Literal["row"] = None,
+                           symmetric: bool = True, inplace: bool = False) -> tuple[torch.nn.Module, int]:
+    """Quantize and read back the weight of every ``nn.Linear`` in ``model`` ("fake quantization").
+
+    Returns ``(model, stored_bytes)``: the model computes with the values a ``bits``-bit format would give
+    (biases stay float32, as in real schemes), and ``stored_bytes`` is what the quantized Linear weights
+    would take, scales and zero-points included. The returned model still holds float32 tensors: this
+    measures quality, it does not save memory. ``block_size="row"`` gives each output row its own scale.
+    ``inplace=False`` (the default) leaves ``model`` untouched and returns a quantized copy.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_bits(bits)
+    if block_size != "row":
+        check_block_size(block_size)
+    _check_bool(symmetric, "symmetric")
+    _check_bool(inplace, "inplace")
+    target = model if inplace else copy.deepcopy(model)
+    total = 0
+    found = False
+    with torch.no_grad():
+        for module in target.modules():
+            if isinstance(module, torch.nn.Linear):
+                found = True
+                weight = module.weight
+                size = weight.shape[1] if block_size == "row" else block_size
+                q = quantize(weight, bits, size, symmetric)
+                weight.copy_(dequantize(q))
+                total += storage_bytes(q)
+    if not found:
+        raise ValueError("model has no nn.Linear layers to quantize")
+    return target, total

@@ -1,0 +1,422 @@
+"""course_utils.quant: the lesson's figures exactly, the error bound, blocks, zero-points, NF4, bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_utils import hardware, quant
+
+
+def _expand(per_block: torch.Tensor, q: quant.QuantizedTensor) -> torch.Tensor:
+    """One value per block -> one value per element, in the tensor's shape."""
+    n = q.numel
+    size = q.block_size if q.block_size and q.block_size < n else n
+    return per_block.float().repeat_interleave(size)[:n].reshape(q.shape)
+
+
+@pytest.fixture(scope="module")
+def big() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(4096, 4096, generator=gen)
+
+
+# --------------------------------------------------------------------------------------------
+# The eight numbers
+# --------------------------------------------------------------------------------------------
+def test_eight_number_table_matches_the_lesson_exactly() -> None:
+    table = quant.eight_numbers(4)
+    assert table.weights == quant.EIGHT_WEIGHTS == (0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18, 0.07)
+    assert table.steps == quant.EIGHT_STEPS_4BIT == (2, -1, 6, -4, 0, -7, 4, 1)
+    assert round(table.step, 2) == quant.EIGHT_STEP_4BIT == 0.05
+    assert table.step == pytest.approx(0.35 / 7)
+    assert [round(v, 2) for v in table.read_back] == [0.10, -0.05, 0.30, -0.20, 0.00, -0.35, 0.20, 0.05]
+    assert [round(e, 2) + 0.0 for e in table.errors] == [-0.02, 0.0, -0.01, 0.02, -0.02, 0.0, 0.02, -0.02]
+    assert table.decimals == 2
+
+
+def test_eight_number_table_prints_as_in_the_lesson() -> None:
+    lines = quant.format_eight_numbers(quant.eight_numbers(4)).splitlines()
+    assert [ln.split()[-8:] for ln in lines] == [
+        ["0.12", "-0.05", "0.31", "-0.22", "0.02", "-0.35", "0.18", "0.07"],
+        ["2", "-1", "6", "-4", "0", "-7", "4", "1"],
+        ["0.10", "-0.05", "0.30", "-0.20", "0.00", "-0.35", "0.20", "0.05"],
+        ["-0.02", "0", "-0.01", "+0.02", "-0.02", "0", "+0.02", "-0.02"],
+    ]
+    assert "step x 0.05" in lines[2]
+
+
+def test_eight_numbers_take_32_bytes_or_4_plus_4() -> None:
+    x = torch.tensor(quant.EIGHT_WEIGHTS)
+    assert x.nbytes == 32
+    parts = quant.storage(quant.quantize(x, 4))
+    assert (parts.codes, parts.scales, parts.zero_points, parts.total) == (4, 4, 0, 8)
+
+
+@pytest.mark.parametrize("bits", range(2, 9))
+def test_eight_numbers_at_every_width_stay_within_half_a_step(bits: int) -> None:
+    table = quant.eight_numbers(bits)
+    q_max = 2 ** (bits - 1) - 1
+    assert table.step == pytest.approx(0.35 / q_max, rel=1e-6)
+    assert max(abs(s) for s in table.steps) == q_max
+    assert all(abs(e) <= table.step / 2 + 1e-7 for e in table.errors)
+    assert len(quant.format_eight_numbers(table).splitlines()) == 4
+
+
+# --------------------------------------------------------------------------------------------
+# The 4096 x 4096 experiment
+# --------------------------------------------------------------------------------------------
+def test_the_4096_experiment_prints_the_lesson_figures(big: torch.Tensor) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(4096, 4096)
+    assert torch.equal(w, big)
+    lines = [f"float32: {w.nbytes / 1e6:.0f} MB"]
+    for bits in (8, 4):
+        q = quant.quantize(w, bits)
+        lines.append(f"int{bits}:    {quant.storage_bytes(q) / 1e6:.0f} MB, average error {quant.mean_abs_error(w, q):.3f}")
+    assert lines == ["float32: 67 MB", "int8:    17 MB, average error 0.010", "int4:    8 MB, average error 0.189"]
+
+
+def test_quantize_gives_the_textbook_codes(big: torch.Tensor) -> None:
+    x = big[:256]
+    s = x.abs().max() / 7
+    assert torch.equal(torch.round(x / s).to(torch.int8), quant.quantize(x, 4).codes)
+
+
+def test_scheme_comparison_blocks_and_zero_points_help(big: torch.Tensor) -> None:
+    rows = {(r.scheme, r.bits): r for r in quant.compare_schemes(big[:128])}
+    for bits in (4, 8):
+        one = rows[("one scale", bits)]
+        blocks = rows[("blocks of 64", bits)]
+        assert blocks.mean_error < 0.6 * one.mean_error
+        assert rows[("one scale + zero-point", bits)].mean_error <= one.mean_error
+        assert rows[("blocks of 64 + zero-points", bits)].mean_error < blocks.mean_error
+    assert rows[("blocks of 64", 4)].bits_per_weight == 4.5
+    assert rows[("blocks of 64 + zero-points", 4)].bits_per_weight == 4.5625
+    text = quant.format_scheme_table(list(rows.values()), float32_bytes=big[:128].nbytes)
+    assert len(text.splitlines()) == 10 and "float32 (no quantization)" in text
+
+
+# --------------------------------------------------------------------------------------------
+# The maths: error bound, blocks, zero-points, shapes, dtypes
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("block_size", [None, 1, 7, 64, 1000])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_every_value_is_within_half_a_step(bits: int, block_size: int | None, symmetric: bool) -> None:
+    gen = torch.Generator().manual_seed(bits)
+    x = torch.randn(33, 31, generator=gen) * 3 + 0.5
+    q = quant.quantize(x, bits, block_size, symmetric)
+    x_hat = quant.dequantize(q)
+    half_step = _expand(q.scales, q) / 2
+    assert bool(((x - x_hat).abs() <= half_step * (1 + 1e-5) + 1e-6).all())
+    lo, hi = quant.level_range(bits, symmetric)
+    assert int(q.codes.min()) >= lo and int(q.codes.max()) <= hi
+    assert q.codes.dtype == (torch.int8 if symmetric else torch.uint8)
+    assert q.n_blocks == (1 if block_size is None else math.ceil(x.numel() / block_size) if block_size < x.numel() else 1)
+
+
+def test_level_ranges() -> None:
+    assert quant.level_range(8) == (-127, 127)
+    assert quant.level_range(4) == (-7, 7)
+    assert quant.level_range(2) == (-1, 1)
+    assert quant.level_range(8, symmetric=False) == (0, 255)
+    assert quant.level_range(4, symmetric=False) == (0, 15)
+
+
+def test_the_largest_value_lands_exactly_on_q_max() -> None:
+    x = torch.tensor([0.5, -1.27, 0.02, 1.0])
+    q = quant.quantize(x, 8)
+    assert q.codes.tolist() == [50, -127, 2, 100]
+    assert q.scales.item() == pytest.approx(0.01)
+
+
+def test_block_scales_beat_one_scale_on_data_with_outliers() -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 64, generator=gen) * 0.02
+    x[3, 5], x[40, 17] = 4.0, -3.0  # two outliers
+    one = quant.mean_abs_error(x, quant.quantize(x, 4))
+    blocks = quant.mean_abs_error(x, quant.quantize(x, 4, block_size=64))
+    assert blocks < one / 5  # the 62 blocks without an outlier are read back almost exactly
+
+
+def test_zero_point_round_trip_is_exact_on_its_own_grid() -> None:
+    x = torch.tensor([-0.2, 0.0, 0.3, 1.0, 2.35])
+    q = quant.quantize(x, 8, symmetric=False)
+    assert q.scales.item() == pytest.approx(0.01)
+    assert q.zero_points.tolist() == [20]
+    assert q.codes.tolist() == [0, 20, 50, 120, 255]
+    assert torch.allclose(quant.dequantize(q), x, atol=1e-6)
+    assert quant.mean_abs_error(x, q) < quant.mean_abs_error(x, quant.quantize(x, 8)) / 10
+
+
+def test_zero_point_keeps_zero_exact_and_handles_one_sided_data() -> None:
+    gen = torch.Generator().manual_seed(2)
+    positive = torch.rand(1000, generator=gen) + 0.5  # all positive: lo is clamped to 0
+    positive[7] = 0.0
+    for bits in (2, 4, 8):
+        q = quant.quantize(positive, bits, block_size=100, symmetric=False)
+        x_hat = quant.dequantize(q)
+        assert x_hat[7].item() == 0.0
+        assert bool(((positive - x_hat).abs() <= _expand(q.scales, q) / 2 * (1 + 1e-5) + 1e-6).all())
+    negative = -positive
+    q = quant.quantize(negative, 4, symmetric=False)
+    assert q.zero_points.tolist() == [15]
+    assert bool(((negative - quant.dequantize(q)).abs() <= q.scales / 2 + 1e-6).all())
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_all_zero_tensor_reads_back_as_zeros(symmetric: bool) -> None:
+    for x in (torch.zeros(5), torch.zeros(3, 4)):
+        q = quant.quantize(x, 4, block_size=2, symmetric=symmetric)
+        out = quant.dequantize(q)
+        assert torch.equal(out, torch.zeros_like(x))
+        assert not torch.isnan(q.scales).any()
+    x = torch.cat([torch.zeros(64), torch.randn(64)])  # one all-zero block next to a normal one
+    out = quant.dequantize(quant.quantize(x, 4, block_size=64, symmetric=symmetric))
+    assert torch.equal(out[:64], torch.zeros(64)) and not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_dtypes_and_shapes_come_back(dtype: torch.dtype) -> None:
+    x = torch.linspace(-1, 1, 2 * 3 * 5, dtype=dtype).reshape(2, 3, 5)
+    q = quant.quantize(x, 8, block_size=4)
+    out = quant.dequantize(q)
+    assert out.dtype == dtype and out.shape == x.shape and q.codes.shape == x.shape
+    assert q.shape == (2, 3, 5) and q.n_blocks == 8
+    assert float((out.float() - x.float()).abs().max()) < 0.01
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_extreme_magnitudes_stay_finite(symmetric: bool) -> None:
+    for x in (torch.tensor([-3e38, 3e38, 1.0]), torch.tensor([1e-40, -2e-40, 0.0])):
+        out = quant.dequantize(quant.quantize(x, 8, symmetric=symmetric))
+        assert bool(torch.isfinite(out).all())
+    with pytest.raises(ValueError, match="too large for float32"):
+        quant.quantize(torch.tensor([1e300, 0.0], dtype=torch.float64), 8)
+
+
+def test_scalar_tensor_quantizes() -> None:
+    q = quant.quantize(torch.tensor(0.7), 4)
+    assert quant.dequantize(q).item() == pytest.approx(0.7)
+
+
+def test_storage_counts_codes_scales_and_zero_points(big: torch.Tensor) -> None:
+    q8 = quant.quantize(big, 8)
+    assert quant.storage_bytes(q8) == 16_777_216 + 4
+    q4 = quant.quantize(big[:64], 4, block_size=64)
+    assert quant.storage(q4) == quant.Storage(codes=131_072, scales=16_384, zero_points=0)
+    assert quant.bits_per_weight(q4) == 4.5
+    qz = quant.quantize(big[:64], 4, block_size=64, symmetric=False)
+    assert quant.storage(qz).zero_points == 4096 * 4 // 8
+    assert quant.storage_bytes(qz, scale_bytes=2) == 131_072 + 8_192 + 2_048
+    odd = quant.quantize(torch.ones(3), 3)  # 9 bits of codes round up to 2 bytes
+    assert quant.storage(odd).codes == 2
+
+
+def test_names_say_what_the_format_is() -> None:
+    x = torch.randn(128)
+    assert quant.quantize(x, 4).name == "int4, one scale"
+    assert quant.quantize(x, 8, 64, symmetric=False).name == "int8 + zero-point, blocks of 64"
+    assert quant.quantize_nf4(x).name == "nf4, blocks of 64"
+
+
+def test_error_helpers() -> None:
+    x = torch.tensor([1.0, -1.0, 0.5])
+    x_hat = torch.tensor([1.5, -1.0, 0.0])
+    assert quant.mean_abs_error(x, x_hat) == pytest.approx(1 / 3)
+    assert quant.max_abs_error(x, x_hat) == pytest.approx(0.5)
+    q = quant.quantize(x, 8)
+    assert quant.mean_abs_error(x, q) == quant.mean_abs_error(x, quant.dequantize(q))
+    assert torch.equal(quant.round_trip(x, 8), quant.dequantize(q))
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits, err", [(1, ValueError), (9, ValueError), (0, ValueError), (-4, ValueError),
+                                       (4.0, TypeError), ("4", TypeError), (True, TypeError), (None, TypeError)])
+def test_bad_bits(bits: object, err: type) -> None:
+    with pytest.raises(err, match="bits"):
+        quant.quantize(torch.ones(4), bits)
+
+
+@pytest.mark.parametrize("x, err, what", [
+    ([0.1, 0.2], TypeError, "torch.Tensor"),
+    (torch.tensor([1, 2, 3]), TypeError, "floating-point"),
+    (torch.tensor([True, False]), TypeError, "floating-point"),
+    (torch.tensor([1 + 1j]), TypeError, "floating-point"),
+    (torch.empty(0), ValueError, "empty"),
+    (torch.empty(3, 0), ValueError, "empty"),
+    (torch.tensor([0.1, float("nan")]), ValueError, "NaN"),
+    (torch.tensor([0.1, float("inf")]), ValueError, "inf"),
+    (torch.tensor([float("-inf"), 0.1]), ValueError, "inf"),
+])
+def test_bad_tensors(x: object, err: type, what: str) -> None:
+    with pytest.raises(err, match=what):
+        quant.quantize(x, 4)
+    with pytest.raises(err, match=what):
+        quant.quantize(x, 4, block_size=2, symmetric=False)
+    with pytest.raises(err, match=what):
+        quant.quantize_nf4(x)
+
+
+def test_nan_in_a_late_block_is_caught() -> None:
+    x = torch.randn(1000)
+    x[999] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        quant.quantize(x, 4, block_size=64)
+
+
+@pytest.mark.parametrize("block_size, err", [(0, ValueError), (-64, ValueError), (64.0, TypeError),
+                                             ("64", TypeError), (True, TypeError)])
+def test_bad_block_size(block_size: object, err: type) -> None:
+    with pytest.raises(err, match="block_size"):
+        quant.quantize(torch.ones(8), 4, block_size=block_size)
+    with pytest.raises(err, match="block_size"):
+        quant.quantize_nf4(torch.ones(8), block_size=block_size)
+
+
+def test_other_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="symmetric"):
+        quant.quantize(torch.ones(4), 4, symmetric="yes")
+    with pytest.raises(TypeError, match="QuantizedTensor"):
+        quant.dequantize(torch.ones(4))
+    with pytest.raises(TypeError, match="QuantizedTensor"):
+        quant.storage_bytes(torch.ones(4))
+    q = quant.quantize(torch.ones(4), 4)
+    with pytest.raises(ValueError, match="scale_bytes"):
+        quant.storage_bytes(q, scale_bytes=0)
+    with pytest.raises(TypeError, match="scale_bytes"):
+        quant.storage_bytes(q, scale_bytes=4.0)
+    with pytest.raises(ValueError, match="shape"):
+        quant.mean_abs_error(torch.ones(4), torch.ones(5))
+    with pytest.raises(TypeError, match="x_hat"):
+        quant.mean_abs_error(torch.ones(4), [1.0] * 4)
+    with pytest.raises(ValueError, match="block_size"):
+        quant.quantize_nf4(torch.ones(8), block_size=None)
+    with pytest.raises(ValueError, match="levels"):
+        quant.quantize_nf4(torch.ones(8), levels=torch.zeros(8))
+    with pytest.raises(ValueError, match="offset"):
+        quant.nf4_levels(offset=1.5)
+    with pytest.raises(ValueError, match="bits_list"):
+        quant.compare_schemes(torch.ones(8), bits_list=())
+    with pytest.raises(ValueError, match="bits"):
+        quant.compare_schemes(torch.ones(8), bits_list=(4, 12))
+    with pytest.raises(TypeError, match="EightNumbers"):
+        quant.format_eight_numbers("table")
+    with pytest.raises(ValueError, match="bits"):
+        quant.eight_numbers(1)
+
+
+# --------------------------------------------------------------------------------------------
+# NF4
+# --------------------------------------------------------------------------------------------
+def test_nf4_levels_come_from_normal_quantiles() -> None:
+    levels = quant.nf4_levels()
+    assert levels.shape == (16,) and levels.dtype == torch.float32
+    assert torch.equal(levels, levels.sort().values)
+    assert levels[0].item() == -1.0 and levels[-1].item() == 1.0 and levels[7].item() == 0.0
+    assert int((levels > 0).sum()) == 8 and int((levels < 0).sum()) == 7
+    assert quant.NF4_OFFSET == pytest.approx(0.9677083, abs=1e-7)
+    # the largest level before normalising is the z-score of the offset quantile
+    z = torch.special.ndtri(torch.tensor(quant.NF4_OFFSET, dtype=torch.float64)).item()
+    assert z == pytest.approx(1.848, abs=1e-3)
+    # gaps grow towards the tails: levels are dense where normal weights are
+    gaps = levels[8:].diff()
+    assert bool((gaps[1:] > gaps[:-1]).all())
+
+
+def test_nf4_beats_int4_on_normal_weights(big: torch.Tensor) -> None:
+    x = big[:256]
+    nf4 = quant.quantize_nf4(x, 64)
+    int4 = quant.quantize(x, 4, block_size=64)
+    assert quant.storage_bytes(nf4) == quant.storage_bytes(int4)
+    assert quant.mean_abs_error(x, nf4) < 0.85 * quant.mean_abs_error(x, int4)
+    assert nf4.codes.dtype == torch.uint8 and int(nf4.codes.max()) <= 15
+    scaled = quant.dequantize(nf4).reshape(-1, 64) / nf4.scales.unsqueeze(1)
+    assert bool(torch.isin(scaled.round(decimals=5), quant.nf4_levels().round(decimals=5)).all())
+
+
+def test_nf4_of_zeros_is_zeros() -> None:
+    assert torch.equal(quant.dequantize(quant.quantize_nf4(torch.zeros(100))), torch.zeros(100))
+
+
+bnb_installed = hardware.import_bitsandbytes() is not None
+
+
+@pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")
+def test_nf4_matches_bitsandbytes(big: torch.Tensor) -> None:
+    assert torch.allclose(quant.nf4_levels(), quant.bnb_nf4_levels(), atol=1e-6, rtol=0)
+    x = big[:512]
+    ours = quant.quantize_nf4(x, 64)
+    theirs = quant.bnb_nf4_round_trip(x, 64)
+    assert theirs.size_bytes == quant.storage_bytes(ours)
+    differ = (quant.dequantize(ours) - theirs.x_hat).abs() > 1e-4
+    assert int(differ.sum()) <= 5  # only values within a hair of a boundary between two levels
+    normalised = (x.reshape(-1, 64) / ours.scales.unsqueeze(1)).reshape(x.shape)[differ]
+    levels = quant.nf4_levels()
+    midpoints = (levels[1:] + levels[:-1]) / 2
+    for v in normalised.tolist():
+        assert float((midpoints - v).abs().min()) < 1e-6
+    assert quant.mean_abs_error(x, theirs.x_hat) == pytest.approx(quant.mean_abs_error(x, ours), rel=1e-4)
+
+
+def test_without_bitsandbytes_the_comparison_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "import_bitsandbytes", lambda: None)
+    assert quant.bnb_nf4_levels() is None
+    assert quant.bnb_nf4_round_trip(torch.randn(128)) is None
+
+
+def test_bnb_round_trip_bad_input() -> None:
+    with pytest.raises(ValueError, match="block_size"):
+        quant.bnb_nf4_round_trip(torch.randn(128), block_size=32)
+    with pytest.raises(TypeError, match="block_size"):
+        quant.bnb_nf4_round_trip(torch.randn(128), block_size="64")
+    with pytest.raises(ValueError, match="NaN"):
+        quant.bnb_nf4_round_trip(torch.tensor([float("nan")] * 64))
+
+
+# --------------------------------------------------------------------------------------------
+# Whole models
+# --------------------------------------------------------------------------------------------
+def _tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def test_quantize_model_weights_returns_a_copy_by_default() -> None:
+    model = _tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    copy_, size = quant.quantize_model_weights(model, 4)
+    assert copy_ is not model
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert size == (8 * 16 + 16 * 4) * 4 // 8 + 2 * 4
+    for i in (0, 2):
+        w = model[i].weight
+        assert torch.equal(copy_[i].weight, quant.round_trip(w, 4))
+        assert torch.equal(copy_[i].bias, model[i].bias)  # biases stay float32
+
+
+def test_quantize_model_weights_in_place_and_per_row() -> None:
+    model = _tiny_model()
+    w0 = model[0].weight.clone()
+    same, size = quant.quantize_model_weights(model, 8, block_size="row", inplace=True)
+    assert same is model
+    assert torch.equal(model[0].weight, quant.round_trip(w0, 8, block_size=8))
+    assert size == (8 * 16 + 16 * 4) + (16 + 4) * 4
+
+
+def test_quantize_model_weights_bad_input() -> None:
+    with pytest.raises(TypeError, match="model"):
+        quant.quantize_model_weights("model", 4)
+    with pytest.raises(ValueError, match="nn.Linear"):
+        quant.quantize_model_weights(nn.ReLU(), 4)
+    with pytest.raises(ValueError, match="bits"):
+        quant.quantize_model_weights(_tiny_model(), 12)
+    with pytest.raises(TypeError, match="block_size"):
+        quant.quantize_model_weights(_tiny_model(), 4, block_size="column")
+    with pytest.raises(TypeError, match="inplace"):
+        quant.quantize_model_weights(_tiny_model(), 4, inplace=1)

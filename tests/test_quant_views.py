@@ -1,0 +1,207 @@
+"""Charts and widget callbacks of notebook 01, without a browser: content, labels, speed, bad input."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils import digits, quant  # noqa: E402
+from course_utils.plots import plt  # noqa: E402
+from course_utils.plots import quant as qplots  # noqa: E402
+from course_utils.widgets import quant as qwidgets  # noqa: E402
+
+NOTEBOOK_SRC = Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_quantization.py"
+#: A widget redraw should take well under a second; the lesson aims for ~0.5 s. The bound is loose because
+#: this machine's CPUs are shared while tests run.
+REDRAW_LIMIT_S = 1.5
+
+SEED_DESCRIPTION = (
+    "Two rows of 8 dots on an axis from \u22120.4 to 0.4. The float32 row has the original weights: \u22120.35, "
+    "\u22120.22, \u22120.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded values: \u22120.35, "
+    "\u22120.20, \u22120.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and each dot "
+    "is at most 0.02 from its original.")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _labelled(ax) -> bool:
+    return bool(ax.get_title() and ax.get_xlabel() and ax.get_ylabel())
+
+
+# --------------------------------------------------------------------------------------------
+# Eight numbers
+# --------------------------------------------------------------------------------------------
+def test_dot_chart_has_two_rows_of_eight() -> None:
+    fig = qplots.plot_eight_numbers(4)
+    (ax,) = fig.axes
+    assert _labelled(ax) and "4-bit" in ax.get_title()
+    assert ax.get_xlim() == (-0.4, 0.4)
+    rows = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]  # the dots, not the level lines
+    assert len(rows) == 2 and all(len(r) == 8 for r in rows)
+    assert sorted(round(float(v), 2) for v in rows[0][:, 0]) == sorted(quant.EIGHT_WEIGHTS)
+    assert sorted(round(float(v), 2) for v in rows[1][:, 0]) == sorted(quant.EIGHT_READ_BACK_4BIT)
+
+
+def test_dot_chart_description_is_the_lessons_at_4_bits() -> None:
+    assert qplots.describe_eight_numbers(4) == SEED_DESCRIPTION
+
+
+def test_notebook_quotes_the_description() -> None:
+    src = " ".join(line.lstrip("# ").strip() for line in NOTEBOOK_SRC.read_text(encoding="utf-8").splitlines())
+    assert SEED_DESCRIPTION in src
+
+
+def test_dot_chart_description_at_2_bits_says_levels_are_shared() -> None:
+    text = qplots.describe_eight_numbers(2)
+    assert "\u22120.35, \u22120.35, 0, 0, 0, 0, 0.35 and 0.35" in text
+    assert "Only 3 different values are left" in text
+
+
+@pytest.mark.parametrize("bits", range(2, 9))
+def test_eight_numbers_view_at_every_width(bits: int) -> None:
+    start = time.perf_counter()
+    text, fig = qwidgets.eight_numbers_view(bits)
+    elapsed = time.perf_counter() - start
+    assert elapsed < REDRAW_LIMIT_S
+    assert f"Stored step ({bits}-bit)" in text
+    assert f"{bits}-bit: 8 x {bits} bits = {bits} bytes + 4 bytes for the step = {bits + 4} bytes" in text
+    assert "Text description of the chart" in text
+    assert _labelled(fig.axes[0])
+
+
+def test_eight_numbers_view_rejects_bad_bits() -> None:
+    with pytest.raises(ValueError, match="bits"):
+        qwidgets.eight_numbers_view(9)
+    with pytest.raises(TypeError, match="bits"):
+        qwidgets.eight_numbers_view("4")
+
+
+# --------------------------------------------------------------------------------------------
+# Error, size and histograms
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits, block_size, symmetric", [(4, 0, True), (4, 64, True), (2, 16, False),
+                                                         (8, 1024, False), (3, None, True)])
+def test_error_view_reports_error_size_and_draws_histograms(bits, block_size, symmetric) -> None:
+    qwidgets.demo_matrix()  # built once, cached: not part of a redraw
+    start = time.perf_counter()
+    text, fig = qwidgets.error_view(bits, block_size, symmetric)
+    elapsed = time.perf_counter() - start
+    assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
+    n = qwidgets.DEMO_SIDE ** 2
+    blocks = 1 if not block_size else n // block_size
+    codes = n * bits // 8
+    zero_points = 0 if symmetric else blocks * bits // 8
+    assert f"{n:,} values" in text
+    assert f"codes {codes:,} + scales {4 * blocks:,} + zero-points {zero_points:,}" in text
+    assert "average error" in text and "largest error" in text
+    assert len(fig.axes) == 2 and all(_labelled(ax) for ax in fig.axes)
+
+
+def test_error_view_numbers_match_quant() -> None:
+    x = torch.randn(64, 64)
+    text, _ = qwidgets.error_view(4, 64, True, x)
+    q = quant.quantize(x, 4, 64)
+    assert f"average error {quant.mean_abs_error(x, q):.4f}" in text
+    assert f"size {quant.storage_bytes(q):,} bytes" in text
+    assert "4.500 bits per value" in text
+
+
+def test_error_view_bad_input() -> None:
+    with pytest.raises(ValueError, match="at most"):
+        qwidgets.error_view(4, None, True, torch.zeros(qwidgets.MAX_DEMO_VALUES + 1))
+    with pytest.raises(TypeError, match="block_size"):
+        qwidgets.error_view(4, False, True)
+    with pytest.raises(ValueError, match="bits"):
+        qwidgets.error_view(1, None, True)
+    with pytest.raises(TypeError, match="floating-point"):
+        qwidgets.error_view(4, None, True, torch.ones(4, dtype=torch.int64))
+
+
+def test_demo_matrix_is_fixed_and_leaves_the_global_rng_alone() -> None:
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    qwidgets.demo_matrix.cache_clear()
+    m = qwidgets.demo_matrix()
+    assert torch.equal(torch.rand(2), expected)
+    assert m.shape == (qwidgets.DEMO_SIDE, qwidgets.DEMO_SIDE)
+    assert torch.equal(m, torch.randn(qwidgets.DEMO_SIDE, qwidgets.DEMO_SIDE, generator=torch.Generator().manual_seed(0)))
+
+
+def test_histograms_subsample_big_tensors() -> None:
+    x = torch.randn(1000, 1000)
+    start = time.perf_counter()
+    fig = qplots.plot_value_histograms(x, quant.round_trip(x, 4), "int4", max_points=5000)
+    assert time.perf_counter() - start < REDRAW_LIMIT_S
+    left, right = fig.axes
+    assert _labelled(left) and _labelled(right)
+    drawn = sum(float(p.get_data()[0].sum()) for p in left.patches[:1])
+    assert drawn == 5000
+
+
+def test_histograms_bad_input() -> None:
+    with pytest.raises(ValueError, match="same shape"):
+        qplots.plot_value_histograms(torch.ones(4), torch.ones(5), "int4")
+    with pytest.raises(ValueError, match="label"):
+        qplots.plot_value_histograms(torch.ones(4), torch.ones(4), "")
+    with pytest.raises(ValueError, match="max_points"):
+        qplots.plot_value_histograms(torch.ones(4), torch.ones(4), "int4", max_points=10)
+
+
+# --------------------------------------------------------------------------------------------
+# Quality vs bits
+# --------------------------------------------------------------------------------------------
+def _fake_rows(offset: float) -> list[digits.FormatResult]:
+    accs = [0.98, 0.98, 0.98, 0.978, 0.976, 0.931, 0.329]
+    return [digits.FormatResult(f, digits.FORMAT_BITS[f], a - offset, 0.1 + i, 100) for i, (f, a)
+            in enumerate(zip(digits.FORMATS, accs))]
+
+
+def test_quality_chart_and_description() -> None:
+    series = {"one scale per tensor": _fake_rows(0.0), "one scale per row": _fake_rows(0.01)}
+    fig = qplots.plot_quality_vs_bits(series)
+    acc_ax, loss_ax = fig.axes
+    assert _labelled(acc_ax) and _labelled(loss_ax)
+    assert len(acc_ax.lines) == 2 and len(loss_ax.lines) == 2
+    assert [t.get_text() for t in acc_ax.get_xticklabels()] == list(digits.FORMATS)
+    assert loss_ax.get_yscale() == "log"
+    text = qplots.describe_quality_vs_bits(series)
+    assert "With one scale per tensor: accuracy float32 98.0%" in text and "int2 32.9%" in text
+    assert "With one scale per row" in text and "int2 31.9%" in text
+
+
+def test_quality_chart_bad_input() -> None:
+    with pytest.raises(ValueError, match="series"):
+        qplots.plot_quality_vs_bits({})
+    with pytest.raises(ValueError, match="other formats"):
+        qplots.plot_quality_vs_bits({"a": _fake_rows(0), "b": _fake_rows(0)[:3]})
+    with pytest.raises(ValueError, match="series"):
+        qplots.describe_quality_vs_bits({})
+
+
+# --------------------------------------------------------------------------------------------
+# The widgets themselves (constructed without a front end)
+# --------------------------------------------------------------------------------------------
+def test_widgets_wire_the_right_controls(capsys: pytest.CaptureFixture) -> None:
+    import ipywidgets as w
+
+    box = qwidgets.eight_numbers_widget()
+    (slider,) = box.children[0].children
+    assert isinstance(slider, w.IntSlider) and (slider.min, slider.max, slider.value) == (2, 8, 4)
+    box = qwidgets.error_widget(torch.randn(32, 32))
+    bits, block, symmetric = box.children[0].children
+    assert (bits.min, bits.max) == (2, 8)
+    assert [v for _, v in block.options] == [v for _, v in qwidgets.BLOCK_CHOICES] and block.value == 0
+    assert isinstance(symmetric, w.Checkbox) and symmetric.value is True
+    capsys.readouterr()
