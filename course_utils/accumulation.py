@@ -1,0 +1,598 @@
+"""Gradient accumulation: several small trips instead of one overloaded one.
+
+A batch that does not fit is split into micro-batches. Each micro-batch runs forward and backward;
+PyTorch *adds* the gradients into ``.grad``; dividing each micro-batch's loss by the number of
+micro-batches turns that sum into the big batch's average. After the last micro-batch the optimizer
+steps once. With data parallelism (see :mod:`course_utils.ddp`) every process does this on its own
+slice of the batch, so::
+
+    effective batch = micro-batch size x accumulation steps x number of processes (GPUs)
+
+This module holds the small pieces the notebook ``03_gradient_accumulation`` calls:
+
+- the batch arithmetic, with clear errors for sizes that cannot work;
+- the equality check (one batch vs accumulated micro-batches) and a gradient comparison;
+- a micro-batch sweep that measures activation memory and wall time honestly on CPU and GPU;
+- the padding trap (per-micro-batch mean losses) and its fix (sum of token losses / total tokens);
+- a plain accumulation training loop, and a quiet Hugging Face ``Trainer`` run.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: The micro-batch sizes the notebook's sweep and widget offer (all divide the batch of 64).
+MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
+# --------------------------------------------------------------------------------------------
+# Batch arithmetic
+# --------------------------------------------------------------------------------------------
+def _check_int(name: str, value: object, low: int = 1, high: int | None = None) -> int:
+    """``value`` as an int in [low, high], or a TypeError/ValueError that names ``name`` and the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+    return value
+
+
+def effective_batch_size(micro_batch_size: int, accumulation_steps: int, world_size: int = 1) -> int:
+    """Examples behind one optimizer step: micro-batch size x accumulation steps x processes (GPUs)."""
+    _check_int("micro_batch_size", micro_batch_size)
+    _check_int("accumulation_steps", accumulation_steps)
+    _check_int("world_size", world_size)
+    return micro_batch_size * accumulation_steps * world_size
+
+
+def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: int = 1) -> int:
+    """How many micro-batches each process runs per optimizer step to reach ``batch_size`` examples.
+
+    Raises ValueError when the sizes cannot split evenly: every process must get the same whole number
+    of micro-batches, or the examples would not be weighted equally.
+    """
+    _check_int("batch_size", batch_size)
+    _check_int("world_size", world_size, 1, batch_size)  # each process needs at least one example
+    if batch_size % world_size:
+        raise ValueError(f"world_size must divide batch_size: {batch_size} examples cannot be shared "
+                         f"equally by {world_size} processes")
+    per_process = batch_size // world_size
+    _check_int("micro_batch_size", micro_batch_size, 1, per_process)
+    if per_process % micro_batch_size:
+        raise ValueError(f"micro_batch_size must divide the per-process batch ({per_process}): "
+                         f"{micro_batch_size} does not; try one of {divisors(per_process)}")
+    return per_process // micro_batch_size
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``: the micro-batch sizes that split a batch of ``n`` evenly."""
+    _check_int("n", n)
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def scale_learning_rate(base_lr: float, base_batch: int, new_batch: int, rule: str = "linear") -> float:
+    """A *starting point* for the learning rate when the effective batch changes (then tune it).
+
+    ``"linear"`` scales with the batch (a common rule for SGD, Goyal et al. 2017); ``"sqrt"`` with its
+    square root (often used with Adam); ``"none"`` keeps it. Accumulating to the *same* batch you tuned
+    for needs no change: the gradient is the same.
+    """
+    if not isinstance(base_lr, (int, float)) or isinstance(base_lr, bool) or not base_lr > 0 or not math.isfinite(base_lr):
+        raise ValueError(f"base_lr must be a positive finite number, got {base_lr!r}")
+    _check_int("base_batch", base_batch)
+    _check_int("new_batch", new_batch)
+    factors = {"linear": new_batch / base_batch, "sqrt": math.sqrt(new_batch / base_batch), "none": 1.0}
+    if rule not in factors:
+        raise ValueError(f"rule must be one of {sorted(factors)}, got {rule!r}")
+    return base_lr * factors[rule]
+
+
+def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Tensor, ...]:
+    """Split ``tensor`` along its first dimension into equal micro-batches (the size must divide it)."""
+    accumulation_steps_for(tensor.shape[0], micro_batch_size)
+    return tensor.split(micro_batch_size)
+
+
+# --------------------------------------------------------------------------------------------
+# The equality check
+# --------------------------------------------------------------------------------------------
+def seed_example(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+    """The lesson's example: ``manual_seed(seed)``, then ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``."""
+    torch.manual_seed(seed)
+    model = nn.Linear(10, 1)
+    x, y = torch.randn(64, 10), torch.randn(64, 1)
+    return model, x, y
+
+
+def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(out, target)
+
+
+def _grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def full_batch_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn = _mse) -> list[torch.Tensor]:
+    """Gradients of every parameter from one forward and backward over the whole batch."""
+    model.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def accumulated_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
+                          divide: bool = True, loss_fn: LossFn = _mse) -> list[torch.Tensor]:
+    """Gradients after running the batch as micro-batches, letting ``.grad`` add them up.
+
+    With ``divide=True`` each micro-batch loss is divided by the number of micro-batches, so the sum of
+    the micro-batch gradients is the batch average; ``divide=False`` shows the classic bug.
+    """
+    steps = accumulation_steps_for(x.shape[0], micro_batch_size)
+    model.zero_grad(set_to_none=True)
+    for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+        loss = loss_fn(model(xb), yb)
+        (loss / steps if divide else loss).backward()
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@dataclass(frozen=True)
+class GradientComparison:
+    """How a gradient compares with a reference: ``same`` (allclose), the largest difference, the size ratio."""
+
+    same: bool
+    max_difference: float
+    norm_ratio: float  # ||other|| / ||reference||: 4.0 when the loss was not divided by 4
+
+    def __str__(self) -> str:
+        return (f"same gradient: {self.same}, largest difference: {self.max_difference:.1e}, "
+                f"size ratio: {self.norm_ratio:.2f}")
+
+
+def compare_gradients(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
+                      rtol: float = 1e-5, atol: float | None = None) -> GradientComparison:
+    """Compare two lists of gradients with ``torch.allclose``, parameter by parameter.
+
+    ``atol=None`` scales the absolute tolerance to each gradient's size (``rtol`` x its largest entry):
+    an entry near zero is a sum that cancelled out, and its rounding error follows the size of the terms
+    that were added, not the size of the result. Pass ``atol`` explicitly for a fixed tolerance.
+    """
+    if len(reference) != len(other):
+        raise ValueError(f"other must hold one gradient per parameter: {len(other)} vs {len(reference)}")
+    for a, b in zip(reference, other):
+        if a.shape != b.shape:
+            raise ValueError(f"gradient shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+    same = all(torch.allclose(a, b, rtol=rtol, atol=rtol * float(a.abs().max()) if atol is None else atol)
+               for a, b in zip(reference, other))
+    diff = max(float((a - b).abs().max()) for a, b in zip(reference, other))
+    ref_norm = math.sqrt(sum(float(a.double().pow(2).sum()) for a in reference))
+    other_norm = math.sqrt(sum(float(b.double().pow(2).sum()) for b in other))
+    ratio = other_norm / ref_norm if ref_norm > 0 else float("nan")
+    return GradientComparison(same, diff, ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# Activation memory and time per micro-batch size
+# --------------------------------------------------------------------------------------------
+def make_mlp(in_features: int = 256, hidden: int = 512, depth: int = 3, out_features: int = 1, seed: int = 0) -> nn.Sequential:
+    """A small MLP with real activations (Linear + GELU blocks), so activation memory grows with the batch."""
+    _check_int("in_features", in_features, 1, 65536)
+    _check_int("hidden", hidden, 1, 65536)
+    _check_int("depth", depth, 1, 64)
+    _check_int("out_features", out_features, 1, 65536)
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    width = in_features
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden), nn.GELU()]
+        width = hidden
+    layers.append(nn.Linear(width, out_features))
+    return nn.Sequential(*layers)
+
+
+def regression_batch(batch_size: int = 64, in_features: int = 256, out_features: int = 1,
+                     seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed random batch ``(x, y)`` for the sweep, drawn from its own generator."""
+    _check_int("batch_size", batch_size)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch_size, in_features, generator=g), torch.randn(batch_size, out_features, generator=g)
+
+
+def saved_tensor_bytes(step: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes autograd keeps for backward while ``step()`` builds its graph (``step`` returns the loss).
+
+    Every tensor saved for backward passes through a ``saved_tensors_hooks`` pack hook; storages are
+    counted once (views share one), and the storages of ``exclude`` (the parameters: they exist
+    anyway) are left out. The graph is freed with a backward pass, so gradients accumulate as usual.
+    """
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in skip:
+            seen[ptr] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = step()
+    total = sum(seen.values())
+    loss.backward()
+    return total
+
+
+def _cuda_peak_bytes(step: Callable[[], torch.Tensor], device: torch.device) -> int:
+    """CUDA peak allocated above what was held before ``step`` (forward + backward of one micro-batch)."""
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step().backward()
+    torch.cuda.synchronize(device)
+    return max(0, torch.cuda.max_memory_allocated(device) - base)
+
+
+#: What each activation-memory reading measures, by device type.
+MEMORY_METHODS = {
+    "cuda": "CUDA peak allocated during one micro-batch's forward+backward, above the weights and gradients already held",
+    "cpu": "bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters excluded)",
+}
+
+
+def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
+                      loss_fn: LossFn = _mse) -> tuple[int, str]:
+    """Memory one micro-batch's activations take, and what was measured (see :data:`MEMORY_METHODS`).
+
+    With accumulation only one micro-batch's activations are alive at a time, so this is the
+    activation part of the peak. On CUDA it is the allocator's peak (activations plus the backward
+    pass's temporaries); elsewhere it is the bytes autograd saves for backward.
+    """
+    # Copies, as a data loader would hand them over: a slice would share (and count) the whole batch's storage.
+    xb, yb = micro_batches(x, micro_batch_size)[0].clone(), micro_batches(y, micro_batch_size)[0].clone()
+
+    def step() -> torch.Tensor:
+        return loss_fn(model(xb), yb)
+
+    model.zero_grad(set_to_none=True)
+    if x.device.type == "cuda":
+        step().backward()  # warm-up: allocate .grad and the kernels' workspaces before measuring
+        measured = _cuda_peak_bytes(step, x.device)
+        kind = "cuda"
+    else:
+        measured = saved_tensor_bytes(step, exclude=model.parameters())
+        kind = "cpu"
+    model.zero_grad(set_to_none=True)
+    return measured, MEMORY_METHODS[kind]
+
+
+def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
+                           min_run_time: float = 0.1, loss_fn: LossFn = _mse) -> float:
+    """Median seconds to run the whole batch as micro-batches (forward + backward each), timed with
+    ``torch.utils.benchmark`` (which synchronizes CUDA), using this process's thread count."""
+    from torch.utils import benchmark  # noqa: PLC0415
+
+    if not isinstance(min_run_time, (int, float)) or not 0 < min_run_time <= 10:
+        raise ValueError(f"min_run_time must be between 0 and 10 seconds, got {min_run_time!r}")
+    pairs = list(zip(micro_batches(x, micro_batch_size), micro_batches(y, micro_batch_size)))
+    steps = len(pairs)
+
+    def one_batch() -> None:
+        model.zero_grad(set_to_none=True)
+        for xb, yb in pairs:
+            (loss_fn(model(xb), yb) / steps).backward()
+
+    one_batch()  # warm-up
+    timer = benchmark.Timer(stmt="one_batch()", globals={"one_batch": one_batch}, num_threads=torch.get_num_threads())
+    seconds = timer.blocked_autorange(min_run_time=min_run_time).median
+    model.zero_grad(set_to_none=True)
+    return float(seconds)
+
+
+@contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` CPU threads for PyTorch's operations (None: leave as is), then restore.
+
+    Timing tiny operations on a CPU shared with other work is fragile: with several threads, every
+    operation waits for all of them to be scheduled. One thread gives steadier, comparable numbers.
+    """
+    if n is None:
+        yield
+        return
+    _check_int("num_threads", n, 1, 1024)
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class MicroBatchRow:
+    """One micro-batch size in the sweep: what it costs, and whether the gradient is still the batch's."""
+
+    micro_batch_size: int
+    accumulation_steps: int
+    same_gradient: bool
+    max_difference: float
+    activation_bytes: int
+    seconds: float
+    memory_what: str
+
+
+def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: int = 64,
+                        model: nn.Module | None = None, device: torch.device | str | None = None,
+                        min_run_time: float = 0.1, cpu_num_threads: int | None = 1) -> list[MicroBatchRow]:
+    """Run one batch of ``batch_size`` at every micro-batch size: gradient check, activation memory, time.
+
+    Uses :func:`make_mlp` and :func:`regression_batch` unless a model is given (its input must take
+    256 features). ``device`` defaults to the GPU when there is one. On a CPU the sweep runs on
+    ``cpu_num_threads`` threads (default 1, for steady timings on a shared machine; None keeps
+    PyTorch's setting).
+    """
+    from .hardware import pick_device  # noqa: PLC0415
+
+    if not sizes:
+        raise ValueError("sizes must name at least one micro-batch size")
+    if len(sizes) > 16:
+        raise ValueError(f"sizes must name at most 16 micro-batch sizes, got {len(sizes)}")
+    for size in sizes:
+        accumulation_steps_for(batch_size, size)
+    dev = torch.device(device) if device is not None else pick_device()
+    model = (model if model is not None else make_mlp()).to(dev)
+    x, y = (t.to(dev) for t in regression_batch(batch_size))
+    rows = []
+    with cpu_threads(cpu_num_threads if dev.type == "cpu" else None):
+        reference = full_batch_gradients(model, x, y)
+        for size in sizes:
+            check = compare_gradients(reference, accumulated_gradients(model, x, y, size))
+            mem, what = activation_memory(model, x, y, size)
+            seconds = time_accumulated_batch(model, x, y, size, min_run_time=min_run_time)
+            rows.append(MicroBatchRow(size, batch_size // size, check.same, check.max_difference, mem, seconds, what))
+    return rows
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in the unit that reads best: B, KB, MB or GB (powers of 1000)."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n must be a non-negative number of bytes, got {n!r}")
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def find_row(rows: Sequence[MicroBatchRow], micro_batch_size: int) -> MicroBatchRow:
+    """The sweep row for ``micro_batch_size`` (ValueError listing the sizes measured if it is missing)."""
+    for row in rows:
+        if row.micro_batch_size == micro_batch_size:
+            return row
+    raise ValueError(f"micro_batch_size must be one of {[r.micro_batch_size for r in rows]}, got {micro_batch_size!r}")
+
+
+def micro_batch_summary(rows: Sequence[MicroBatchRow], micro_batch_size: int, budget_bytes: int | None = None) -> str:
+    """A few lines describing one micro-batch size against the full batch (the widget's text)."""
+    row = find_row(rows, micro_batch_size)
+    full = max(rows, key=lambda r: r.micro_batch_size)
+    batch = row.micro_batch_size * row.accumulation_steps
+    lines = [
+        f"micro-batch {row.micro_batch_size} x {row.accumulation_steps} accumulation steps = batch of {batch}",
+        f"same gradient as the batch of {batch}: {row.same_gradient} (largest difference {row.max_difference:.1e})",
+        f"activation memory: {format_bytes(row.activation_bytes)} "
+        f"({row.activation_bytes / full.activation_bytes:.0%} of micro-batch {full.micro_batch_size}'s)",
+        f"time for the {batch} examples: {row.seconds * 1e3:.1f} ms "
+        f"({row.seconds / full.seconds:.1f}x micro-batch {full.micro_batch_size}'s)",
+    ]
+    if budget_bytes is not None:
+        fits = row.activation_bytes <= budget_bytes
+        lines.append(f"fits a GPU with room for {format_bytes(budget_bytes)} of activations: {'yes' if fits else 'no'}")
+    return "\n".join(lines)
+
+
+def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
+    """The sweep as a text table. ``measured=False`` keeps only the deterministic columns."""
+    if measured:
+        head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13} {'largest diff':>12} {'activations':>11} {'time (ms)':>9}"
+        body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13} "
+                f"{r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}" for r in rows]
+    else:
+        head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13}"
+        body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
+    return "\n".join([head, *body])
+
+
+# --------------------------------------------------------------------------------------------
+# The padding trap
+# --------------------------------------------------------------------------------------------
+#: Label value for padding positions, as PyTorch's cross_entropy and Hugging Face models expect.
+IGNORE_INDEX = -100
+
+
+class TinyTokenModel(nn.Module):
+    """A next-token model in miniature: an embedding and a linear head (enough to have token losses)."""
+
+    def __init__(self, vocab_size: int = 32, dim: int = 16, seed: int = 0) -> None:
+        super().__init__()
+        _check_int("vocab_size", vocab_size, 2, 100_000)
+        _check_int("dim", dim, 1, 4096)
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(tokens))
+
+
+def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2), vocab_size: int = 32,
+                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of the given lengths, right-padded to the longest: ``(tokens, labels)``.
+
+    Padding positions hold token 0 and label :data:`IGNORE_INDEX`, so they add no loss.
+    """
+    if not lengths:
+        raise ValueError("lengths must name at least one sequence length")
+    for n in lengths:
+        _check_int("lengths", n, 1, 4096)
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    tokens = torch.zeros(len(lengths), width, dtype=torch.long)
+    labels = torch.full((len(lengths), width), IGNORE_INDEX, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        tokens[i, :n] = torch.randint(1, vocab_size, (n,), generator=g)
+        labels[i, :n] = torch.randint(1, vocab_size, (n,), generator=g)
+    return tokens, labels
+
+
+def token_loss_sum(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Sum of the cross-entropy over real (non-padding) tokens, and how many real tokens there were."""
+    logits = model(tokens)
+    total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    return total, int((labels != IGNORE_INDEX).sum())
+
+
+def token_gradients(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, micro_batch_size: int,
+                    normalize: str = "total_tokens") -> list[torch.Tensor]:
+    """Accumulated gradients of a padded batch split into micro-batches.
+
+    ``normalize="micro_mean"``: each micro-batch's *mean* token loss, divided by the number of
+    micro-batches (what a naive loop does; wrong when micro-batches hold different token counts).
+    ``normalize="total_tokens"``: each micro-batch's *sum* of token losses divided by the token count of
+    the whole batch (the fix; equals the big batch's mean token loss). ``micro_batch_size`` equal to
+    the batch gives the big-batch gradient.
+    """
+    if normalize not in ("micro_mean", "total_tokens"):
+        raise ValueError(f"normalize must be 'micro_mean' or 'total_tokens', got {normalize!r}")
+    steps = accumulation_steps_for(tokens.shape[0], micro_batch_size)
+    total_tokens = int((labels != IGNORE_INDEX).sum())
+    if total_tokens == 0:
+        raise ValueError("labels must contain at least one real token (all are IGNORE_INDEX)")
+    model.zero_grad(set_to_none=True)
+    for tb, lb in zip(tokens.split(micro_batch_size), labels.split(micro_batch_size)):
+        loss_sum, n = token_loss_sum(model, tb, lb)
+        if normalize == "micro_mean":
+            loss = (loss_sum / max(n, 1)) / steps
+        else:
+            loss = loss_sum / total_tokens
+        loss.backward()
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def tokens_per_micro_batch(labels: torch.Tensor, micro_batch_size: int) -> list[int]:
+    """How many real (non-padding) tokens each micro-batch holds."""
+    accumulation_steps_for(labels.shape[0], micro_batch_size)
+    return [int((lb != IGNORE_INDEX).sum()) for lb in labels.split(micro_batch_size)]
+
+
+# --------------------------------------------------------------------------------------------
+# Training loops
+# --------------------------------------------------------------------------------------------
+def regression_dataset(n: int = 256, in_features: int = 10, seed: int = 0, noise: float = 0.1) -> torch.utils.data.TensorDataset:
+    """A small linear-regression dataset ``(x, y)`` with a fixed random true weight and a little noise."""
+    _check_int("n", n, 1, 1_000_000)
+    _check_int("in_features", in_features, 1, 4096)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_features, generator=g)
+    w = torch.randn(in_features, 1, generator=g)
+    y = x @ w + noise * torch.randn(n, 1, generator=g)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def train_with_accumulation(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
+                            accumulation_steps: int, loss_fn: LossFn = _mse) -> list[float]:
+    """The accumulation loop: one optimizer step per ``accumulation_steps`` micro-batches.
+
+    Returns the loss of each update, averaged over its micro-batches (the loss of the effective batch).
+    Micro-batches left over at the end (fewer than ``accumulation_steps``) are dropped, never stepped.
+    """
+    _check_int("accumulation_steps", accumulation_steps)
+    losses: list[float] = []
+    running = 0.0
+    optimizer.zero_grad(set_to_none=True)
+    for i, (x, y) in enumerate(loader):
+        loss = loss_fn(model(x), y) / accumulation_steps
+        loss.backward()
+        running += loss.item()
+        if (i + 1) % accumulation_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(running)
+            running = 0.0
+    optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+def same_weights(a: nn.Module, b: nn.Module, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """True when two models' parameters are equal up to rounding (``torch.allclose``)."""
+    pa, pb = list(a.parameters()), list(b.parameters())
+    return len(pa) == len(pb) and all(p.shape == q.shape and torch.allclose(p, q, rtol=rtol, atol=atol) for p, q in zip(pa, pb))
+
+
+class TinyRegressor(nn.Module):
+    """A small model in the shape the Hugging Face Trainer expects: ``forward(x, labels)`` -> ``{"loss", "logits"}``."""
+
+    def __init__(self, in_features: int = 10, hidden: int = 32, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        out = self.net(x)
+        result = {"logits": out}
+        if labels is not None:
+            result["loss"] = nn.functional.mse_loss(out, labels)
+        return result
+
+
+class DictDataset(torch.utils.data.Dataset):
+    """Wraps a ``TensorDataset(x, y)`` as the dicts the Trainer feeds to a model: ``{"x": ..., "labels": ...}``."""
+
+    def __init__(self, data: torch.utils.data.TensorDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x, y = self.data[i]
+        return {"x": x, "labels": y}
+
+
+def quiet_transformers() -> None:
+    """Silence what transformers writes to stderr (bitsandbytes' import warning, progress bars, info logs)."""
+    from .hardware import import_bitsandbytes  # noqa: PLC0415
+
+    import_bitsandbytes()  # transformers may import it; this silences its harmless warning first
+    import transformers  # noqa: PLC0415
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def train_with_trainer(args, model: nn.Module, dataset: torch.utils.data.Dataset) -> list[tuple[int, float]]:
+    """Train ``model`` with a Hugging Face ``Trainer`` built from ``args``; return ``(update, loss)`` pairs.
+
+    The Trainer's own printer (which also prints run times) is removed, so the only output is what the
+    caller prints. Pass ``logging_steps=1`` in ``args`` to get one loss per optimizer update.
+    """
+    quiet_transformers()
+    from transformers import Trainer  # noqa: PLC0415
+    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
+
+    if getattr(args, "max_steps", -1) is None or not 0 < getattr(args, "max_steps", -1) <= 1000:
+        raise ValueError("args.max_steps must be between 1 and 1000: this helper runs short demos only")
+    trainer = Trainer(model=model, args=args, train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    return [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h]

@@ -1,0 +1,250 @@
+"""Data parallelism with PyTorch DDP: the "x GPUs" of the effective-batch formula, checked on CPU.
+
+Each process (a *rank*) holds a full copy of the model and takes its own slice of the batch. It runs
+its slice as micro-batches; during all but the last one, ``no_sync()`` tells DDP not to communicate,
+so gradients only add up locally. The last backward pass all-reduces (averages) the gradients across
+ranks, once per update. The result is the gradient of the whole batch::
+
+    batch = micro-batch size x accumulation steps x world size
+
+:func:`run_ddp_check` launches ``world_size`` processes with ``torch.multiprocessing`` on this machine
+(``gloo`` on CPU, or ``nccl`` with one GPU per process: the only line that changes), waits for them
+with a time limit, and compares their gradient with one process's big-batch gradient.
+
+Processes start with the ``forkserver`` method where the platform has it (Linux, macOS): one server
+process imports PyTorch once and forks the ranks from it, which is several times faster than
+``spawn`` (each rank importing PyTorch on its own). Elsewhere (Windows) they start with ``spawn``.
+
+The worker lives in this module (not in a notebook) because spawned processes must import it.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .accumulation import _check_int, accumulation_steps_for, compare_gradients
+
+#: Process-group backends: gloo runs on CPUs, nccl on NVIDIA GPUs (one GPU per process).
+BACKENDS = ("gloo", "nccl")
+#: Most processes a CPU check may start (each one is a full Python + torch).
+MAX_CPU_PROCESSES = 8
+
+
+def make_model(seed: int = 0) -> nn.Sequential:
+    """The small MLP every rank builds (same seed, so the same starting weights everywhere)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(10, 32), nn.GELU(), nn.Linear(32, 1))
+
+
+def global_batch(batch_size: int = 64, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole batch ``(x, y)``; every rank draws the same one and keeps its own slice."""
+    _check_int("batch_size", batch_size)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch_size, 10, generator=g), torch.randn(batch_size, 1, generator=g)
+
+
+def reference_gradients(batch_size: int = 64) -> list[torch.Tensor]:
+    """One process, one batch of ``batch_size``: the gradient DDP must reproduce."""
+    model = make_model()
+    x, y = global_batch(batch_size)
+    nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def accumulate_on_rank(model: nn.parallel.DistributedDataParallel, x: torch.Tensor, y: torch.Tensor,
+                       accumulation_steps: int, use_no_sync: bool = True) -> None:
+    """One update's backward passes on one rank: its slice of the batch, as micro-batches."""
+    for i, (xb, yb) in enumerate(zip(x.chunk(accumulation_steps), y.chunk(accumulation_steps))):
+        last = i == accumulation_steps - 1
+        # no_sync() must wrap the forward *and* the backward: DDP decides at forward time.
+        skip_sync = model.no_sync() if use_no_sync and not last else contextlib.nullcontext()
+        with skip_sync:
+            loss = nn.functional.mse_loss(model(xb), yb) / accumulation_steps
+            loss.backward()  # the last one all-reduces: gradients are averaged over the ranks
+
+
+def _loopback_interface() -> str | None:
+    return {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
+
+
+def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int,
+               accumulation_steps: int, backend: str, timeout_s: float) -> None:
+    """Body of one process (``torch.multiprocessing.spawn`` passes ``rank`` first).
+
+    Runs the update twice from the same weights: with ``no_sync()`` (the right way) and without it
+    (all-reduce after every micro-batch), counting the all-reduces each time. Saves both gradients.
+    """
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415
+
+    torch.set_num_threads(1)  # the ranks share this machine's cores
+    if backend == "gloo" and _loopback_interface() and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()  # stay on 127.0.0.1
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    try:
+        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        model = make_model().to(device)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
+
+        calls = [0]
+
+        def counting_allreduce(state, bucket):  # DDP's default all-reduce, counted
+            calls[0] += 1
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(dist.group.WORLD, counting_allreduce)
+        x, y = global_batch(batch_size)
+        xs, ys = x.chunk(world_size)[rank].to(device), y.chunk(world_size)[rank].to(device)
+        result = {}
+        for use_no_sync in (True, False):
+            calls[0] = 0
+            ddp.zero_grad(set_to_none=True)
+            accumulate_on_rank(ddp, xs, ys, accumulation_steps, use_no_sync)
+            result[use_no_sync] = {"grads": [p.grad.detach().cpu() for p in model.parameters()],
+                                   "allreduce_calls": calls[0]}
+        torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class DDPCheck:
+    """The outcome of :func:`run_ddp_check`."""
+
+    backend: str
+    world_size: int
+    micro_batch_size: int
+    accumulation_steps: int
+    batch_size: int
+    same_gradient: bool           # DDP + no_sync gradient == one process's big-batch gradient (allclose)
+    ranks_agree: bool             # every rank ends the update holding the same gradient
+    max_difference: float         # largest difference from the big-batch gradient (rounding)
+    allreduce_calls: int          # gradient all-reduces per update with no_sync (rank 0)
+    same_gradient_without_no_sync: bool  # syncing after every micro-batch gives the same gradient...
+    allreduce_calls_without_no_sync: int  # ...with this many all-reduces instead
+    seconds: float                # wall time, including starting the processes
+
+    def report(self) -> str:
+        """The deterministic part, one fact a line (times and rounding digits left out)."""
+        return "\n".join([
+            f"backend {self.backend}: {self.world_size} processes x {self.accumulation_steps} micro-batches "
+            f"of {self.micro_batch_size} = effective batch of {self.batch_size}",
+            f"all ranks hold the same gradient: {self.ranks_agree}",
+            f"same gradient as one process with a batch of {self.batch_size}: {self.same_gradient}",
+            f"gradient all-reduces per update with no_sync(): {self.allreduce_calls}",
+            f"without no_sync(): {self.allreduce_calls_without_no_sync} all-reduces, "
+            f"same gradient: {self.same_gradient_without_no_sync}",
+        ])
+
+
+def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, backend: str, timeout_s: float) -> int:
+    """Validate the arguments of :func:`run_ddp_check`; return the micro-batch size."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_int("batch_size", batch_size, 1, 1_000_000)
+    limit = MAX_CPU_PROCESSES if backend == "gloo" else max(torch.cuda.device_count(), 1)
+    _check_int("world_size", world_size, 1, limit)
+    if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
+        raise ValueError(f"backend 'nccl' needs one CUDA GPU per process: world_size={world_size}, "
+                         f"GPUs={torch.cuda.device_count() if torch.cuda.is_available() else 0}; use 'gloo' on CPU")
+    if world_size > batch_size:
+        raise ValueError(f"world_size must be at most batch_size ({batch_size}): each process needs at least "
+                         f"one example, got {world_size}")
+    _check_int("accumulation_steps", accumulation_steps, 1, batch_size)
+    if batch_size % (world_size * accumulation_steps):
+        raise ValueError(f"batch_size ({batch_size}) must split evenly into world_size ({world_size}) x "
+                         f"accumulation_steps ({accumulation_steps}) micro-batches")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 600:
+        raise ValueError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
+    micro = batch_size // (world_size * accumulation_steps)
+    accumulation_steps_for(batch_size, micro, world_size)  # the same rule the single-process helpers use
+    return micro
+
+
+#: Modules the fork server imports once, so the ranks it forks start without importing them again.
+FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", __name__]
+
+
+def start_method() -> str:
+    """``"forkserver"`` where the platform offers it (fast, and safe with CUDA), else ``"spawn"``."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def wait_worker(rank: int, seconds: float) -> None:
+    """A worker that only waits: it shows (and tests) that :func:`launch` stops what overruns its limit."""
+    time.sleep(seconds)
+
+
+def launch(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
+    """Run ``fn(rank, *args)`` in ``nprocs`` new processes and wait, at most ``timeout_s`` seconds.
+
+    ``fn`` must be importable (defined in a module, not in a notebook). Raises TimeoutError after
+    stopping the processes that overran, and RuntimeError with the worker's message if one failed.
+    """
+    import torch.multiprocessing as mp  # noqa: PLC0415
+
+    _check_int("nprocs", nprocs, 1, 64)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 600:
+        raise ValueError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
+    method = start_method()
+    if method == "forkserver":
+        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    deadline = time.perf_counter() + timeout_s
+    context = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method=method)
+    try:
+        while not context.join(timeout=0.1):
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the processes did not finish within timeout_s={timeout_s} s; they were stopped")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
+        raise RuntimeError(f"a worker process failed:\n{err}") from None
+    finally:
+        for proc in context.processes:  # only the processes this call started
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+
+
+def run_ddp_check(world_size: int = 2, batch_size: int = 64, accumulation_steps: int = 4, backend: str = "gloo",
+                  timeout_s: float = 60.0) -> DDPCheck:
+    """Launch ``world_size`` DDP processes, accumulate, and compare with one process's big-batch gradient.
+
+    Each process runs the update with ``no_sync()`` and, for contrast, without it; the all-reduces
+    are counted both ways. Every process is stopped within ``timeout_s`` seconds (TimeoutError), so a
+    stuck launch can never hang a class. With ``backend="nccl"`` each process uses one GPU; nothing
+    else changes.
+    """
+    micro = check_ddp_args(world_size, batch_size, accumulation_steps, backend, timeout_s)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ddp-check-") as out_dir:
+        args = (world_size, free_port(), out_dir, batch_size, accumulation_steps, backend, float(timeout_s))
+        launch(ddp_worker, args, world_size, timeout_s)
+        results = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
+    seconds = time.perf_counter() - start
+    reference = reference_gradients(batch_size)
+    synced, chatty = results[0][True], results[0][False]
+    check = compare_gradients(reference, synced["grads"])
+    agree = all(compare_gradients(synced["grads"], r[True]["grads"], rtol=0, atol=0).same for r in results[1:])
+    return DDPCheck(backend, world_size, micro, accumulation_steps, batch_size, check.same, agree,
+                    check.max_difference, int(synced["allreduce_calls"]),
+                    compare_gradients(reference, chatty["grads"]).same, int(chatty["allreduce_calls"]), seconds)

@@ -1,0 +1,383 @@
+"""Tests for course_utils.accumulation, its chart and its widget."""
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils import accumulation as acc  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch arithmetic
+# ---------------------------------------------------------------------------------------------
+def test_effective_batch_size_is_the_product() -> None:
+    assert acc.effective_batch_size(16, 4) == 64
+    assert acc.effective_batch_size(16, 4, world_size=2) == 128
+    assert acc.effective_batch_size(2, 8) == 16      # the seed's TrainingArguments, one GPU
+    assert acc.effective_batch_size(4, 16) == 64     # "a GPU that fits 4, a recipe that wants 64"
+
+
+@pytest.mark.parametrize("args, name", [((0, 4), "micro_batch_size"), ((16, 0), "accumulation_steps"),
+                                        ((16, 4, 0), "world_size")])
+def test_effective_batch_size_rejects_zero(args, name) -> None:
+    with pytest.raises(ValueError, match=name):
+        acc.effective_batch_size(*args)
+
+
+def test_accumulation_steps_for() -> None:
+    assert acc.accumulation_steps_for(64, 16) == 4
+    assert acc.accumulation_steps_for(64, 64) == 1
+    assert acc.accumulation_steps_for(64, 1) == 64
+    assert acc.accumulation_steps_for(64, 8, world_size=2) == 4
+
+
+def test_micro_batch_size_zero_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"micro_batch_size must be between 1 and 64, got 0"):
+        acc.accumulation_steps_for(64, 0)
+
+
+def test_micro_batch_that_does_not_divide_the_batch() -> None:
+    with pytest.raises(ValueError, match=r"micro_batch_size must divide the per-process batch \(64\).*24"):
+        acc.accumulation_steps_for(64, 24)
+
+
+def test_micro_batch_larger_than_the_batch() -> None:
+    with pytest.raises(ValueError, match="micro_batch_size must be between 1 and 32"):
+        acc.accumulation_steps_for(64, 64, world_size=2)
+
+
+def test_more_processes_than_the_batch_allows() -> None:
+    with pytest.raises(ValueError, match=r"world_size must be between 1 and 64, got 128"):
+        acc.accumulation_steps_for(64, 1, world_size=128)
+    with pytest.raises(ValueError, match="world_size must divide batch_size"):
+        acc.accumulation_steps_for(64, 1, world_size=3)
+
+
+@pytest.mark.parametrize("bad", [16.0, "16", True, None])
+def test_non_integer_sizes_are_type_errors(bad) -> None:
+    with pytest.raises(TypeError, match="micro_batch_size must be an integer"):
+        acc.accumulation_steps_for(64, bad)
+
+
+def test_divisors() -> None:
+    assert acc.divisors(64) == [1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(ValueError, match="n must be"):
+        acc.divisors(0)
+
+
+def test_micro_batches_split_and_check() -> None:
+    parts = acc.micro_batches(torch.arange(8), 2)
+    assert [p.tolist() for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        acc.micro_batches(torch.arange(8), 3)
+
+
+def test_scale_learning_rate() -> None:
+    assert acc.scale_learning_rate(1e-3, 16, 64) == pytest.approx(4e-3)
+    assert acc.scale_learning_rate(1e-3, 16, 64, rule="sqrt") == pytest.approx(2e-3)
+    assert acc.scale_learning_rate(1e-3, 16, 64, rule="none") == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        acc.scale_learning_rate(1e-3, 16, 64, rule="cubic")
+    with pytest.raises(ValueError, match="base_lr must be a positive"):
+        acc.scale_learning_rate(0.0, 16, 64)
+    with pytest.raises(ValueError, match="new_batch"):
+        acc.scale_learning_rate(1e-3, 16, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The equality check
+# ---------------------------------------------------------------------------------------------
+def test_seed_example_is_the_seeds_setup() -> None:
+    model, x, y = acc.seed_example()
+    assert isinstance(model, torch.nn.Linear) and (model.in_features, model.out_features) == (10, 1)
+    assert x.shape == (64, 10) and y.shape == (64, 1)
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(10, 1)
+    assert torch.equal(ref.weight, model.weight)
+    assert torch.equal(torch.randn(64, 10), x)
+
+
+def test_four_micro_batches_give_the_big_batch_gradient() -> None:
+    model, x, y = acc.seed_example()
+    big = acc.full_batch_gradients(model, x, y)
+    check = acc.compare_gradients(big, acc.accumulated_gradients(model, x, y, 16))
+    assert check.same
+    assert check.max_difference < 1e-6  # rounding only (6.0e-08 on the course machine, 6.7e-08 in the seed)
+    assert check.norm_ratio == pytest.approx(1.0, abs=1e-6)
+    assert model.weight.grad is None  # helpers leave .grad clean
+
+
+def test_forgetting_the_division_makes_the_gradient_four_times_too_large() -> None:
+    model, x, y = acc.seed_example()
+    big = acc.full_batch_gradients(model, x, y)
+    wrong = acc.accumulated_gradients(model, x, y, 16, divide=False)
+    check = acc.compare_gradients(big, wrong)
+    assert not check.same
+    assert check.norm_ratio == pytest.approx(4.0, rel=1e-5)
+    assert all(torch.allclose(w, 4 * b, atol=1e-6) for w, b in zip(wrong, big))
+
+
+def test_compare_gradients_rejects_mismatches() -> None:
+    a = [torch.zeros(3)]
+    with pytest.raises(ValueError, match="one gradient per parameter"):
+        acc.compare_gradients(a, a + a)
+    with pytest.raises(ValueError, match="shapes differ"):
+        acc.compare_gradients(a, [torch.zeros(4)])
+    assert "same gradient: True" in str(acc.compare_gradients([torch.ones(2)], [torch.ones(2)]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory and time
+# ---------------------------------------------------------------------------------------------
+def test_saved_tensor_bytes_counts_activations_not_parameters() -> None:
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    saved = acc.saved_tensor_bytes(lambda: lin(x).sum(), exclude=lin.parameters())
+    assert saved == x.numel() * 4  # the input, kept for the weight's gradient; the weight itself left out
+    assert lin.weight.grad is not None  # the graph was freed by a backward pass
+
+
+def test_saved_tensor_bytes_counts_a_shared_storage_once() -> None:
+    x = torch.randn(8, 8, requires_grad=True)
+    saved = acc.saved_tensor_bytes(lambda: (x * x).sum())  # mul saves x twice: one storage
+    assert saved == 8 * 8 * 4
+
+
+def test_activation_memory_grows_with_the_micro_batch() -> None:
+    model = acc.make_mlp(hidden=32, depth=2)
+    x, y = acc.regression_batch(64)
+    m16, what = acc.activation_memory(model, x, y, 16)
+    m32, _ = acc.activation_memory(model, x, y, 32)
+    assert m16 > 0 and m32 == 2 * m16
+    assert "saved_tensors_hooks" in what
+    # per example: the input (256) + each layer's Linear output and GELU output (2 x 2 x 32) + output + target
+    assert m16 == 16 * 4 * (256 + 2 * 2 * 32 + 1 + 1)
+
+
+def test_cuda_peak_is_measured_above_the_start(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1_000)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 5_000)
+    lin = torch.nn.Linear(2, 1)
+    measured = acc._cuda_peak_bytes(lambda: lin(torch.ones(1, 2)).sum(), torch.device("cuda", 0))
+    assert measured == 4_000
+    assert calls == ["sync", "reset", "sync"]
+    assert "CUDA peak" in acc.MEMORY_METHODS["cuda"]
+
+
+def test_cpu_threads_restores_the_setting() -> None:
+    before = torch.get_num_threads()
+    with acc.cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with acc.cpu_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="num_threads"):
+        with acc.cpu_threads(0):
+            pass
+
+
+def test_time_accumulated_batch() -> None:
+    model = acc.make_mlp(hidden=16, depth=1)
+    x, y = acc.regression_batch(8)
+    assert acc.time_accumulated_batch(model, x, y, 4, min_run_time=0.01) > 0
+    with pytest.raises(ValueError, match="min_run_time"):
+        acc.time_accumulated_batch(model, x, y, 4, min_run_time=0)
+
+
+def test_sweep_rows() -> None:
+    rows = acc.sweep_micro_batches(sizes=(8, 64), model=acc.make_mlp(hidden=16, depth=1), device="cpu",
+                                   min_run_time=0.01)
+    assert [(r.micro_batch_size, r.accumulation_steps, r.same_gradient) for r in rows] == [(8, 8, True), (64, 1, True)]
+    assert rows[1].activation_bytes == 8 * rows[0].activation_bytes
+    assert rows[1].max_difference == 0.0
+    table = acc.sweep_table(rows, measured=False)
+    assert table.splitlines()[1].split() == ["8", "8", "True"]
+    assert "time (ms)" in acc.sweep_table(rows)
+    summary = acc.micro_batch_summary(rows, 8, budget_bytes=rows[0].activation_bytes)
+    assert "micro-batch 8 x 8 accumulation steps = batch of 64" in summary
+    assert "12% of micro-batch 64's" in summary
+    assert summary.endswith("yes")
+    with pytest.raises(ValueError, match=r"micro_batch_size must be one of \[8, 64\]"):
+        acc.micro_batch_summary(rows, 16)
+
+
+def test_sweep_rejects_bad_sizes() -> None:
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        acc.sweep_micro_batches(sizes=(0,))
+    with pytest.raises(ValueError, match="micro_batch_size must divide"):
+        acc.sweep_micro_batches(sizes=(24,))
+    with pytest.raises(ValueError, match="at least one"):
+        acc.sweep_micro_batches(sizes=())
+
+
+def test_format_bytes() -> None:
+    assert acc.format_bytes(512) == "512 B"
+    assert acc.format_bytes(13_312) == "13.3 KB"
+    assert acc.format_bytes(2.5e9) == "2.5 GB"
+    with pytest.raises(ValueError, match="n must be"):
+        acc.format_bytes(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The padding trap
+# ---------------------------------------------------------------------------------------------
+def test_padded_batch() -> None:
+    tokens, labels = acc.padded_token_batch((3, 1))
+    assert tokens.shape == labels.shape == (2, 3)
+    assert labels[1].tolist()[1:] == [acc.IGNORE_INDEX] * 2
+    assert acc.tokens_per_micro_batch(labels, 1) == [3, 1]
+    with pytest.raises(ValueError, match="lengths"):
+        acc.padded_token_batch((3, 0))
+    with pytest.raises(ValueError, match="lengths"):
+        acc.padded_token_batch(())
+
+
+def test_mean_of_micro_batch_means_is_not_the_batch_gradient() -> None:
+    tokens, labels = acc.padded_token_batch()
+    model = acc.TinyTokenModel()
+    big = acc.token_gradients(model, tokens, labels, micro_batch_size=4)
+    naive = acc.token_gradients(model, tokens, labels, micro_batch_size=2, normalize="micro_mean")
+    fixed = acc.token_gradients(model, tokens, labels, micro_batch_size=2, normalize="total_tokens")
+    assert not acc.compare_gradients(big, naive).same
+    assert acc.compare_gradients(big, fixed).same
+    # with equal token counts the naive way would be right: the trap is the padding
+    even_tokens, even_labels = acc.padded_token_batch((5, 5, 5, 5))
+    assert acc.compare_gradients(acc.token_gradients(model, even_tokens, even_labels, 4),
+                                 acc.token_gradients(model, even_tokens, even_labels, 2, "micro_mean")).same
+
+
+def test_token_gradients_errors() -> None:
+    tokens, labels = acc.padded_token_batch()
+    model = acc.TinyTokenModel()
+    with pytest.raises(ValueError, match="normalize must be"):
+        acc.token_gradients(model, tokens, labels, 2, normalize="mean")
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        acc.token_gradients(model, tokens, labels, 3)
+    with pytest.raises(ValueError, match="at least one real token"):
+        acc.token_gradients(model, tokens, torch.full_like(labels, acc.IGNORE_INDEX), 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training loops
+# ---------------------------------------------------------------------------------------------
+def _loader(batch_size: int) -> torch.utils.data.DataLoader:
+    data = acc.regression_dataset(128)
+    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True,
+                                       generator=torch.Generator().manual_seed(0))
+
+
+def test_accumulation_loop_matches_the_big_batch_loop() -> None:
+    model_a, model_b = acc.TinyRegressor().net, acc.TinyRegressor().net
+    opt_a = torch.optim.SGD(model_a.parameters(), lr=0.05)
+    opt_b = torch.optim.SGD(model_b.parameters(), lr=0.05)
+    losses_a = acc.train_with_accumulation(model_a, _loader(16), opt_a, accumulation_steps=4)
+    losses_b = acc.train_with_accumulation(model_b, _loader(64), opt_b, accumulation_steps=1)
+    assert len(losses_a) == len(losses_b) == 2
+    assert losses_a == pytest.approx(losses_b, rel=1e-5)
+    assert acc.same_weights(model_a, model_b)
+
+
+def test_accumulation_loop_never_steps_a_partial_group() -> None:
+    model = acc.TinyRegressor().net
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    assert len(acc.train_with_accumulation(model, _loader(16), opt, accumulation_steps=3)) == 2  # 8 // 3
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        acc.train_with_accumulation(model, _loader(16), opt, accumulation_steps=0)
+
+
+def test_same_weights() -> None:
+    a, b = acc.TinyRegressor(seed=0), acc.TinyRegressor(seed=1)
+    assert acc.same_weights(a, acc.TinyRegressor(seed=0))
+    assert not acc.same_weights(a, b)
+
+
+def test_hugging_face_trainer_accumulates_like_a_big_batch(tmp_path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    acc.quiet_transformers()
+    from transformers import TrainingArguments
+
+    data = acc.DictDataset(acc.regression_dataset(128))
+    runs = {}
+    for micro, steps in ((16, 4), (64, 1)):
+        args = TrainingArguments(output_dir=str(tmp_path / f"{micro}"), per_device_train_batch_size=micro,
+                                 gradient_accumulation_steps=steps, max_steps=2, learning_rate=0.01,
+                                 lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+                                 report_to="none", disable_tqdm=True, use_cpu=True, seed=0)
+        model = acc.TinyRegressor()
+        runs[micro] = (acc.train_with_trainer(args, model, data), model)
+    (log_a, model_a), (log_b, model_b) = runs[16], runs[64]
+    assert [s for s, _ in log_a] == [1, 2]
+    assert [round(v, 4) for _, v in log_a] == [round(v, 4) for _, v in log_b]
+    assert acc.same_weights(model_a, model_b)
+
+
+def test_train_with_trainer_refuses_long_runs(tmp_path) -> None:
+    class Args:
+        max_steps = -1
+
+    with pytest.raises(ValueError, match="max_steps"):
+        acc.train_with_trainer(Args(), acc.TinyRegressor(), acc.DictDataset(acc.regression_dataset(8)))
+
+
+def test_dict_dataset() -> None:
+    data = acc.DictDataset(acc.regression_dataset(4))
+    assert len(data) == 4 and set(data[0]) == {"x", "labels"}
+    out = acc.TinyRegressor()(data[0]["x"][None], data[0]["labels"][None])
+    assert set(out) == {"loss", "logits"}
+    assert set(acc.TinyRegressor()(data[0]["x"][None])) == {"logits"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart and widget
+# ---------------------------------------------------------------------------------------------
+ROWS = [acc.MicroBatchRow(s, 64 // s, True, 1e-8, 1000 * s, 0.001 * 64 / s, "test") for s in (1, 8, 64)]
+
+
+def test_plot_is_titled_and_labelled() -> None:
+    from course_utils.plots import accumulation as plots
+    from course_utils.plots import plt
+
+    fig = plots.plot_micro_batch_sweep(ROWS, highlight=8, budget_bytes=8000)
+    for ax in fig.axes:
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="micro_batch_size must be one of"):
+        plots.plot_micro_batch_sweep(ROWS, highlight=16)
+    with pytest.raises(ValueError, match="budget_bytes"):
+        plots.plot_micro_batch_sweep(ROWS, budget_bytes=0)
+    with pytest.raises(ValueError, match="rows"):
+        plots.plot_micro_batch_sweep([])
+
+
+def test_description_names_the_numbers() -> None:
+    from course_utils.plots import accumulation as plots
+
+    text = plots.describe_micro_batch_sweep(ROWS, budget_bytes=8000)
+    assert "1.0 KB at micro-batch 1" in text and "64.0 KB at 64" in text
+    assert "from 64.0 ms (64 micro-batches) to 1.0 ms (1)" in text
+    assert "fit under it: [1, 8]" in text
+
+
+def test_widget_callback_and_widget(capsys) -> None:
+    from course_utils.plots import plt
+    from course_utils.widgets import accumulation as widgets
+
+    fig = widgets.show_micro_batch(8, ROWS, budget_bytes=8000)
+    plt.close(fig)
+    out = capsys.readouterr().out
+    assert "micro-batch 8 x 8 accumulation steps = batch of 64" in out
+    assert "activations: yes" in out
+    box = widgets.micro_batch_widget(ROWS, budget_bytes=8000, value=8)
+    assert box.children[0].children[0].value == 8
+    plt.close("all")
+    with pytest.raises(ValueError, match="value must be one of"):
+        widgets.micro_batch_widget(ROWS, value=16)
