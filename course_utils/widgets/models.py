@@ -1,0 +1,27 @@
+"""Live demo: how close to "a quarter" does a 4-bit model get? Sliders over a Llama-shaped architecture."""
+from __future__ import annotations
+
+from typing import Any
+
+from course_utils.models import four_bit_ratio_report
+
+
+def show_ratio(hidden_size: int, num_layers: int, vocab_size: int, tied: bool) -> None:
+    """Callback: print :func:`course_utils.models.four_bit_ratio_report` for the slider values."""
+    print(four_bit_ratio_report(hidden_size, num_layers, vocab_size, tied))
+
+
+def four_bit_ratio_panel() -> Any:
+    """Sliders for width, depth and vocabulary of a Llama-shaped model (MLP 8/3 x wider, 1/3 of heads for k and v)."""
+    import ipywidgets as w  # noqa: PLC0415
+
+    from course_utils.widgets import interact_panel  # noqa: PLC0415
+
+    style = {"description_width": "initial"}
+    return interact_panel(
+        show_ratio,
+        hidden_size=w.IntSlider(576, min=256, max=8192, step=64, description="hidden size", style=style),
+        num_layers=w.IntSlider(30, min=4, max=80, description="layers", style=style),
+        vocab_size=w.IntSlider(49152, min=8192, max=262144, step=1024, description="vocabulary", style=style),
+        tied=w.Checkbox(True, description="tied lm_head"),
+    )
