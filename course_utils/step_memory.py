@@ -1,0 +1,722 @@
+"""Predict the peak memory of a whole training step of a decoder language model, from its ``config.json``.
+
+The lesson's estimator (:mod:`course_utils.memory`) counts weights, gradients and AdamW states. A real step
+also keeps the **activations autograd saves for backward**, briefly needs **transient buffers** (the
+gradient of the vocabulary-sized logits, the optimizer's scratch space), and runs inside a **framework**
+that already holds memory before the model exists. This module adds all of them.
+
+Where the formulas start: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models" (arXiv:2205.05198), count the activation memory of one GPT layer in 16-bit training as
+``s·b·h·(34 + 5·a·s/h)`` bytes: 11·sbh + 5·as²b for attention (with the s×s score, softmax and dropout
+tensors), 19·sbh for the GeLU MLP (4h wide), 4·sbh for two LayerNorms; full recomputation (checkpointing)
+keeps only the layer input, 2·sbh. We start there and depart where today's models and kernels differ,
+by reading what autograd actually keeps (each op saves what its backward formula needs, and only when a
+gradient must flow through it):
+
+* **SDPA (fused attention) keeps no s×s tensor**: it saves Q, K, V, the output and one log-sum-exp number
+  per head and token, and recomputes the scores in backward. The 5·as²b term disappears.
+* **Grouped-query attention**: K and V are ``kv_heads·head_dim`` wide, not ``h``.
+* **SwiGLU MLP** (``down(silu(gate(x)) * up(x))``, width ``i``): the gate output, its SiLU and the up
+  output (3·i) plus, when the down weight trains, its input (1·i). No dropout, so no masks.
+* **RMSNorm** saves its float32 input and one 1/rms number per token, plus its normalized output only when
+  its own weight trains.
+* **Frozen weights need no saved inputs** (LoRA, QLoRA): a linear layer keeps its input only when its
+  weight trains. LoRA adapters keep their (shared) input and a rank-``r`` intermediate.
+* **The logits and the loss**: transformers computes the cross-entropy in float32 over the whole
+  vocabulary, and its log-softmax output (b·s·V·4 bytes) is saved; at the start of backward two more
+  tensors of that size exist at once (the loss's gradient and the logits' gradient). For SmolLM2 at
+  batch 8 × 128 tokens that is 0.2 GB each - more than all 30 layers' attention.
+* **Precision**: float32 training saves 4 bytes per number. bfloat16 autocast saves 2-byte copies - of each
+  linear layer's input (one copy per call), and of every weight on the gradient's path (a bfloat16 copy of
+  the weight, 2 bytes per parameter, kept until backward): on a small model at a small batch, autocast can
+  *raise* the peak.
+* **Checkpointing** keeps each layer's input (b·s·h numbers), and recomputes one layer at a time.
+
+The step's peak is then the largest of a few moments (all on top of baseline + weights + optimizer
+states): the start of backward (saved activations + 2 logit-sized buffers), the head's backward (its weight
+gradient), the end of backward (the embedding's dense gradient; a tied embedding briefly needs three
+vocabulary x hidden float32 tensors), the optimizer step (all gradients + the optimizer's scratch), and with
+checkpointing, the recomputation of the top layer. :func:`estimate_step` returns the breakdown of the
+winning moment. Tests check the activation count against ``torch.autograd.graph.saved_tensors_hooks`` on
+small configs: it is exact, not fitted.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+GB = 1e9
+METHODS = ("full", "lora", "lora-bf16", "qlora")
+METHOD_LABELS = {"full": "full fine-tuning (float32)", "lora": "LoRA, base in float32",
+                 "lora-bf16": "LoRA, base in bfloat16", "qlora": "QLoRA, base in 4-bit NF4"}
+OPTIMIZERS = ("adamw", "adamw8bit")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+#: Resident memory of the measuring child process after ``import torch, transformers, peft, bitsandbytes``
+#: on this course's CPU setup (torch 2.13 CPU, transformers 5.24, Python 3.11), measured: 0.43-0.45 GB.
+CPU_BASELINE_BYTES = 440_000_000
+#: On CUDA the allocator counter starts at 0; the CUDA context (0.3-0.6 GB) lives outside it.
+CUDA_BASELINE_BYTES = 0
+#: bitsandbytes NF4: 4 bits per number + one float32 scale per block of 64 numbers ...
+NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
+#: ... + the 16-value NF4 code book (float32) that each quantized tensor carries.
+NF4_CODE_BYTES = 16 * 4
+#: bitsandbytes 8-bit optimizers keep float32 states for tensors smaller than this.
+BNB_MIN_8BIT_SIZE = 4096
+BNB_BLOCK = 256
+
+
+# --------------------------------------------------------------------------------------------
+# The architecture
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Architecture:
+    """The numbers of a decoder config that decide its memory."""
+
+    model_type: str
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    max_positions: int | None = None
+    name: str = "model"
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def projection_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each linear layer of one decoder layer."""
+        h, i = self.hidden, self.intermediate
+        return {"q_proj": (h, self.q_width), "k_proj": (h, self.kv_width), "v_proj": (h, self.kv_width),
+                "o_proj": (self.q_width, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def param_tensors(self) -> list[tuple[str, int, bool]]:
+        """Every parameter tensor as (name, numel, is a linear weight of a layer), tied head counted once."""
+        out: list[tuple[str, int, bool]] = [("embed_tokens", self.vocab * self.hidden, False)]
+        bias = {"q_proj": self.qkv_bias, "k_proj": self.qkv_bias, "v_proj": self.qkv_bias,
+                "o_proj": self.o_bias, "gate_proj": self.mlp_bias, "up_proj": self.mlp_bias,
+                "down_proj": self.mlp_bias}
+        for _ in range(self.layers):
+            for name, (fan_in, fan_out) in self.projection_shapes().items():
+                out.append((name, fan_in * fan_out, True))
+                if bias[name]:
+                    out.append((name + ".bias", fan_out, False))
+            out += [("input_layernorm", self.hidden, False), ("post_attention_layernorm", self.hidden, False)]
+            if self.qk_norm:
+                out += [("q_norm", self.head_dim, False), ("k_norm", self.head_dim, False)]
+        out.append(("norm", self.hidden, False))
+        if not self.tied:
+            out.append(("lm_head", self.vocab * self.hidden, False))
+        return out
+
+    @property
+    def params(self) -> int:
+        """Exact parameter count (tied embeddings once)."""
+        return sum(n for _, n, _ in self.param_tensors())
+
+    def adapter_tensors(self, rank: int, targets: Sequence[str]) -> list[int]:
+        """Sizes of the LoRA tensors (A: rank x in, B: out x rank) for every targeted projection."""
+        shapes = self.projection_shapes()
+        sizes = []
+        for _ in range(self.layers):
+            for t in targets:
+                fan_in, fan_out = shapes[t]
+                sizes += [rank * fan_in, fan_out * rank]
+        return sizes
+
+    @classmethod
+    def from_config(cls, config: str | Path | Mapping[str, Any]) -> "Architecture":
+        """Read the numbers from a preset name in ``data/configs``, a ``config.json`` path, or a dict."""
+        from course_utils.measure import load_config  # noqa: PLC0415 - light, no torch at import
+
+        cfg, name = load_config(config)
+        model_type = cfg.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"config: model_type {model_type!r} is not supported by the step estimate "
+                             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            value = cfg.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"config must give {key} as a positive integer (got {value!r})")
+        heads = cfg["num_attention_heads"]
+        return cls(model_type=model_type, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"],
+                   intermediate=cfg["intermediate_size"], layers=cfg["num_hidden_layers"], heads=heads,
+                   kv_heads=cfg.get("num_key_value_heads") or heads,
+                   head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+                   tied=bool(cfg.get("tie_word_embeddings", model_type != "mistral")),
+                   qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+                   o_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
+                   mlp_bias=bool(cfg.get("mlp_bias", False)), qk_norm=model_type == "qwen3",
+                   max_positions=cfg.get("max_position_embeddings"), name=name)
+
+
+# --------------------------------------------------------------------------------------------
+# What autograd saves: a symbolic walk through one forward pass
+# --------------------------------------------------------------------------------------------
+@dataclass
+class _T:
+    """A symbolic activation: ``width`` numbers per token of ``nbytes`` each; ``rg``: requires grad."""
+
+    key: int
+    width: int
+    nbytes: int
+    rg: bool
+
+
+class _Tape:
+    """Records the tensors autograd would save, by identity (a tensor saved twice counts once)."""
+
+    _ids = itertools.count(1)  # shared by all tapes: a tensor made on one tape may be saved on another
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        self.saved: dict[Any, tuple[str, int]] = {}
+
+    def new(self, width: int, nbytes: int, rg: bool) -> _T:
+        return _T(next(self._ids), width, nbytes, rg)
+
+    def save(self, t: _T, what: str) -> None:
+        self.saved[t.key] = (what, self.tokens * t.width * t.nbytes)
+
+    def save_const(self, key: str, nbytes: int, what: str) -> None:
+        self.saved[key] = (what, nbytes)
+
+    @property
+    def total(self) -> int:
+        return sum(b for _, b in self.saved.values())
+
+    def by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for what, b in self.saved.values():
+            out[what] = out.get(what, 0) + b
+        return out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    arch: Architecture
+    batch: int
+    seq: int
+    method: str
+    rank: int
+    targets: tuple[str, ...]
+    autocast: bool
+    checkpointing: bool
+
+    @property
+    def full(self) -> bool:
+        return self.method == "full"
+
+    @property
+    def model_bytes(self) -> int:  # bytes of the hidden states / non-quantized weights
+        return 2 if self.method in ("lora-bf16", "qlora") else 4
+
+
+class _Walk:
+    """Walk a Llama-family forward pass and record what autograd saves (see the module doc)."""
+
+    def __init__(self, plan: _Plan, tape: _Tape) -> None:
+        self.p, self.tape = plan, tape
+
+    def linear(self, x: _T, fan_in: int, fan_out: int, name: str, lora: bool, trainable: bool) -> _T:
+        p, tape = self.p, self.tape
+        xc = x
+        if p.autocast and x.nbytes != 2:  # autocast casts the input for every call (no cache for activations)
+            xc = tape.new(fan_in, 2, x.rg)
+        if p.autocast and p.model_bytes == 4 and xc.rg:  # the bfloat16 weight copy, kept for the input's gradient
+            tape.save_const(f"{name}.weight_bf16", fan_in * fan_out * 2, "bf16 weight copies (autocast)")
+        if trainable:
+            tape.save(xc, "linear inputs (trained weights)")
+        out_bytes = 2 if (p.autocast or p.model_bytes == 2) else 4
+        out = tape.new(fan_out, out_bytes, x.rg or trainable)
+        if lora:
+            xl = x if x.nbytes == 4 else tape.new(fan_in, 4, x.rg)  # peft casts to the adapter's float32
+            xa = xl
+            if p.autocast:
+                xa = tape.new(fan_in, 2, xl.rg)
+                if xa.rg:
+                    tape.save_const(f"{name}.lora_A_bf16", p.rank * fan_in * 2, "bf16 weight copies (autocast)")
+                tape.save_const(f"{name}.lora_B_bf16", fan_out * p.rank * 2, "bf16 weight copies (autocast)")
+            tape.save(xa, "LoRA inputs")
+            a = tape.new(p.rank, 2 if p.autocast else 4, True)
+            tape.save(a, "LoRA inputs")
+            out = tape.new(fan_out, out_bytes, True)
+        return out
+
+    def rmsnorm(self, x: _T, width: int, groups: int, trainable: bool) -> _T:
+        tape = self.tape
+        h = x if x.nbytes == 4 else tape.new(width, 4, x.rg)  # .to(float32)
+        if h.rg:  # pow and the multiply keep the float32 input; rsqrt keeps 1/rms
+            tape.save(h, "norms")
+            tape.save(tape.new(groups, 4, True), "norms")
+        hn = tape.new(width, 4, h.rg)
+        hnc = hn if x.nbytes == 4 else tape.new(width, x.nbytes, hn.rg)
+        if trainable:
+            tape.save(hnc, "norms")
+        return tape.new(width, max(self.p.model_bytes, x.nbytes), hnc.rg or trainable)
+
+    def add(self, a: _T, b: _T) -> _T:
+        return self.tape.new(a.width, max(a.nbytes, b.nbytes), a.rg or b.rg)
+
+    def _proj(self, x: _T, name: str, layer: int) -> _T:
+        fan_in, fan_out = self.p.arch.projection_shapes()[name]
+        return self.linear(x, fan_in, fan_out, f"L{layer}.{name}", lora=not self.p.full and name in self.p.targets,
+                           trainable=self.p.full)
+
+    def attention(self, x: _T, layer: int) -> _T:
+        p, tape, a = self.p, self.tape, self.p.arch
+        q, k, v = (self._proj(x, n, layer) for n in ("q_proj", "k_proj", "v_proj"))
+        if a.qk_norm:
+            q = self.rmsnorm(q, a.q_width, a.heads, p.full)
+            k = self.rmsnorm(k, a.kv_width, a.kv_heads, p.full)
+        rope_bytes = p.model_bytes
+        if q.rg or k.rg:  # q*cos and rotate_half(q)*sin keep cos and sin (shared by all layers)
+            for key in ("cos", "sin"):
+                tape.save_const(key, p.seq * a.head_dim * rope_bytes, "rotary cos/sin")
+        qe = tape.new(a.q_width, max(q.nbytes, rope_bytes), q.rg)
+        ke = tape.new(a.kv_width, max(k.nbytes, rope_bytes), k.rg)
+        if p.autocast:  # SDPA runs in bfloat16: float32 inputs are cast (new tensors)
+            qe = qe if qe.nbytes == 2 else tape.new(qe.width, 2, qe.rg)
+            ke = ke if ke.nbytes == 2 else tape.new(ke.width, 2, ke.rg)
+            v = v if v.nbytes == 2 else tape.new(v.width, 2, v.rg)
+        any_rg = qe.rg or ke.rg or v.rg
+        out = tape.new(a.q_width, qe.nbytes, any_rg)
+        if any_rg:  # fused attention keeps q, k, v, its output and a log-sum-exp per head: no s x s matrix
+            for t in (qe, ke, v, out):
+                tape.save(t, "attention (q, k, v, output)")
+            tape.save(tape.new(a.heads, 4, False), "attention (q, k, v, output)")
+        return self._proj(out, "o_proj", layer)
+
+    def mlp(self, x: _T, layer: int) -> _T:
+        tape = self.tape
+        g, u = self._proj(x, "gate_proj", layer), self._proj(x, "up_proj", layer)
+        if g.rg:
+            tape.save(g, "MLP (SwiGLU)")
+        s = tape.new(g.width, g.nbytes, g.rg)
+        if s.rg:
+            tape.save(u, "MLP (SwiGLU)")
+        if u.rg:
+            tape.save(s, "MLP (SwiGLU)")
+        prod = tape.new(g.width, max(s.nbytes, u.nbytes), s.rg or u.rg)
+        return self._proj(prod, "down_proj", layer)
+
+    def layer(self, x: _T, i: int) -> _T:
+        a = self.p.arch
+        h1 = self.rmsnorm(x, a.hidden, 1, self.p.full)
+        x2 = self.add(x, self.attention(h1, i))
+        h2 = self.rmsnorm(x2, a.hidden, 1, self.p.full)
+        return self.add(x2, self.mlp(h2, i))
+
+
+@dataclass
+class Activations:
+    """What the forward pass leaves for backward, in bytes."""
+
+    total: int
+    by_kind: dict[str, int]
+    per_layer: int  # the last layer's saved bytes (what checkpointing recomputes at a time)
+    logits_bytes: int  # B*S*V in the logits' own dtype
+    logits_fp32_bytes: int  # B*S*V*4: the loss path's tensors
+    logits_rg: bool
+    lm_head_trainable: bool
+
+
+def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str = "lora", lora_rank: int = 8,
+                      targets: Sequence[str] = ("q_proj", "v_proj"), autocast: bool = False,
+                      checkpointing: bool = False) -> Activations:
+    """Bytes autograd keeps for backward after the forward pass of one micro-batch (exact for Llama-family).
+
+    Counted like ``saved_tensors_hooks`` sees them (each storage once, parameters excluded); with
+    checkpointing, each checkpointed layer keeps its input instead of its insides.
+    """
+    plan = _Plan(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast), bool(checkpointing))
+    tokens = batch * seq
+    tape = _Tape(tokens)
+    walk = _Walk(plan, tape)
+    mb = plan.model_bytes
+    if plan.full:
+        tape.save_const("input_ids", tokens * 8, "token ids and labels")
+    # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
+    x = tape.new(arch.hidden, mb, plan.full or (checkpointing and not plan.full))
+    per_layer = 0  # the last layer's saved bytes (layers after the first are alike; the first also saves cos/sin)
+    for i in range(arch.layers):
+        if checkpointing:
+            tape.save(x, "checkpointed layer inputs")
+            sub = _Tape(tokens)
+            x = _Walk(plan, sub).layer(x, i)
+            per_layer = sub.total
+        else:
+            before = tape.total
+            x = walk.layer(x, i)
+            per_layer = tape.total - before
+    xf = walk.rmsnorm(x, arch.hidden, 1, plan.full)
+    lm_trainable = plan.full
+    logits = walk.linear(xf, arch.hidden, arch.vocab, "lm_head", lora=False, trainable=lm_trainable)
+    if logits.rg:  # log_softmax keeps its float32 output; nll_loss keeps the labels and a scalar
+        tape.save(tape.new(arch.vocab, 4, True), "logits path (log-softmax, float32)")
+        tape.save_const("labels", tokens * 8, "token ids and labels")
+        tape.save_const("total_weight", 4, "token ids and labels")
+    return Activations(total=tape.total, by_kind=tape.by_kind(), per_layer=per_layer,
+                       logits_bytes=tokens * arch.vocab * logits.nbytes, logits_fp32_bytes=tokens * arch.vocab * 4,
+                       logits_rg=logits.rg, lm_head_trainable=lm_trainable)
+
+
+# --------------------------------------------------------------------------------------------
+# The whole step
+# --------------------------------------------------------------------------------------------
+@dataclass
+class StepEstimate:
+    """The predicted peak of a training step, with the parts that make it up at the peak moment."""
+
+    arch: Architecture
+    method: str
+    batch: int
+    seq: int
+    lora_rank: int
+    targets: tuple[str, ...]
+    checkpointing: bool
+    optimizer: str
+    autocast: bool
+    accumulation: int
+    device: str
+    baseline_bytes: int
+    weights_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations: Activations
+    trained_params: int
+    moments: dict[str, dict[str, int]] = field(default_factory=dict)  # moment -> parts on top of the fixed ones
+    peak_moment: str = ""
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Memory held for the whole step: baseline, weights, optimizer states."""
+        return self.baseline_bytes + self.weights_bytes + self.optimizer_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.fixed_bytes + sum(self.moments[self.peak_moment].values())
+
+    @property
+    def peak_gb(self) -> float:
+        return self.peak_bytes / GB
+
+    def parts(self) -> list[tuple[str, int]]:
+        """(label, bytes) of everything in memory at the peak moment, in print order."""
+        out = [("framework baseline" + (" (CPU process after imports)" if self.device == "cpu"
+                                        else " (allocator counter; CUDA context not counted)"), self.baseline_bytes),
+               (f"weights ({_weights_label(self.method)})", self.weights_bytes),
+               (f"optimizer states ({'8-bit AdamW' if self.optimizer == 'adamw8bit' else 'AdamW, 8 bytes'}"
+                f" per trained number)", self.optimizer_bytes)]
+        out += list(self.moments[self.peak_moment].items())
+        return out
+
+    def describe(self) -> str:
+        what = (f"{self.arch.name}, {METHOD_LABELS[self.method]}"
+                + (f" (rank {self.lora_rank} on {', '.join(self.targets)})" if self.method != "full" else "")
+                + f", batch {self.batch} x {self.seq} tokens"
+                + (f" x {self.accumulation} micro-batches" if self.accumulation > 1 else "")
+                + f", {'8-bit AdamW' if self.optimizer == 'adamw8bit' else 'AdamW'}"
+                + (", gradient checkpointing" if self.checkpointing else "")
+                + (", bf16 autocast" if self.autocast else ""))
+        return what
+
+    def format(self) -> str:
+        """The breakdown as text: one line per part, then the total."""
+        lines = [f"Training-step estimate: {self.describe()} ({self.device})",
+                 f"peak moment: {self.peak_moment}"]
+        for label, b in self.parts():
+            lines.append(f"  {label:<58} {b / GB:7.2f} GB")
+        lines.append(f"  {'total (predicted peak)':<58} {self.peak_gb:7.2f} GB")
+        return "\n".join(lines)
+
+
+def _weights_label(method: str) -> str:
+    return {"full": "float32", "lora": "float32 base + adapters", "lora-bf16": "bfloat16 base + float32 adapters",
+            "qlora": "NF4 base, bfloat16 embedding/norms + float32 adapters"}[method]
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _optimizer_state_bytes(sizes: Iterable[int], optimizer: str) -> int:
+    total = 0
+    for n in sizes:
+        if optimizer == "adamw":
+            total += 8 * n + 4  # exp_avg, exp_avg_sq, and a float32 step counter per tensor
+        elif n < BNB_MIN_8BIT_SIZE:
+            total += 8 * n + 4  # bitsandbytes keeps small tensors in 32 bits (+ unorm_vec)
+        else:
+            total += 2 * n + 2 * 4 * math.ceil(n / BNB_BLOCK) + 4  # two uint8 states + block scales
+    return total
+
+
+def _optimizer_scratch_bytes(sizes: Sequence[int], optimizer: str, device: str) -> int:
+    """Temporary memory of one optimizer step, read from the implementations.
+
+    torch AdamW on CPU (for-loop): ``exp_avg_sq.sqrt() / bias_correction`` makes two temporaries the size
+    of the parameter being updated. On CUDA (foreach): one temporary per trained number (the list of
+    square roots). bitsandbytes 8-bit on CPU: both states dequantized to float32, a float32 gradient copy
+    and the two denominator temporaries (5 x 4 bytes x the largest tensor); on CUDA a fused kernel (0).
+    """
+    if not sizes:
+        return 0
+    largest = max(sizes)
+    if optimizer == "adamw":
+        return 4 * sum(sizes) if device == "cuda" else 2 * 4 * largest
+    return 0 if device == "cuda" else 5 * 4 * largest
+
+
+def estimate_step(config: str | Path | Mapping[str, Any] | Architecture = "smollm2-135m", *, method: str = "lora",
+                  batch: int = 8, seq: int = 128, lora_rank: int = 8,
+                  targets: Sequence[str] = ("q_proj", "v_proj"), checkpointing: bool = False,
+                  optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: str = "cpu",
+                  baseline_bytes: int | None = None) -> StepEstimate:
+    """Predict the peak memory of one training step (steady state: the optimizer states already exist).
+
+    Same arguments as :func:`course_utils.measure.measure_training_step`. ``device``: ``"cpu"`` (peak
+    resident memory of a process, baseline = the imports) or ``"cuda"`` (PyTorch's allocator counter,
+    baseline 0). ``baseline_bytes`` overrides the framework baseline.
+    """
+    arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {optimizer!r}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    _check_int("batch", batch, 1, 1_000_000)
+    _check_int("seq", seq, 1, 10_000_000)
+    _check_int("lora_rank", lora_rank, 1, 65_536)
+    _check_int("accumulation", accumulation, 1, 100_000)
+    if arch.max_positions and seq > arch.max_positions:
+        raise ValueError(f"seq must be at most the model's max_position_embeddings ({arch.max_positions}), got {seq}")
+    if isinstance(targets, str):
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    targets = tuple(dict.fromkeys(targets))
+    unknown = [t for t in targets if t not in PROJECTIONS]
+    if not targets or unknown:
+        raise ValueError(f"targets must name some of {', '.join(PROJECTIONS)}; got {list(targets)!r}")
+    if baseline_bytes is None:
+        baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else CUDA_BASELINE_BYTES
+
+    # weights
+    tensors = arch.param_tensors()
+    buffers = 2 * (arch.head_dim // 2) * 4  # rotary inv_freq and its original copy, float32
+    if method == "full" or method == "lora":
+        weights = 4 * arch.params
+    elif method == "lora-bf16":
+        weights = 2 * arch.params
+    else:  # qlora: the layers' linear weights in NF4, the rest (embedding, norms) in bfloat16
+        weights = sum(round(NF4_BYTES_PER_PARAM * n) + NF4_CODE_BYTES if is_linear else 2 * n
+                      for _, n, is_linear in tensors)
+    trained_sizes = [n for _, n, _ in tensors] if method == "full" else arch.adapter_tensors(lora_rank, targets)
+    if method != "full":
+        weights += 4 * sum(trained_sizes)  # float32 adapters
+    weights += buffers
+    trained = sum(trained_sizes)
+    grads = 4 * trained
+    opt_states = _optimizer_state_bytes(trained_sizes, optimizer)
+    acts = saved_activations(arch, batch, seq, method=method, lora_rank=lora_rank, targets=targets,
+                             autocast=autocast, checkpointing=checkpointing)
+    S, L32, Llog = acts.total, acts.logits_fp32_bytes, acts.logits_bytes
+    held_grads = grads if accumulation > 1 else 0  # later micro-batches run with the gradients of earlier ones
+    head = arch.vocab * arch.hidden
+    moments: dict[str, dict[str, int]] = {}
+    if acts.logits_rg:
+        moments["start of backward (loss gradient over the vocabulary)"] = {
+            "activations saved for backward": S,
+            "loss-path buffers in backward (2 x float32 logits)": 2 * L32,
+            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
+    if acts.lm_head_trainable:
+        moments["head backward (its weight gradient)"] = {
+            "activations saved for backward": S - L32,
+            "logits gradient": Llog,
+            "output-layer weight gradient": 4 * head + (2 * head if autocast else 0),
+            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
+    if checkpointing:
+        moments["backward of the top layer (recomputed)"] = {
+            "activations saved for backward": S - L32,
+            "one layer's recomputed activations": acts.per_layer,
+            "gradient of the hidden states": batch * seq * arch.hidden * 4,
+            **({"output-layer weight gradient": 4 * head} if acts.lm_head_trainable else {}),
+            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
+    if method == "full":
+        # The embedding's backward makes a dense (vocab x hidden) float32 gradient. A tied embedding gets two
+        # contributions (head and embedding): autograd holds the head's until the embedding's arrives, then
+        # adds them into a third tensor. With accumulation, the .grad being added to exists as well.
+        emb = 4 * head
+        if arch.tied:
+            end = {"gradients of the other weights": grads - emb,
+                   "tied embedding: 2 gradient contributions and their sum": 3 * emb}
+            if held_grads:
+                end["embedding gradient kept across micro-batches"] = emb
+        else:
+            end = {"gradients": grads, **({"embedding gradient (dense) before accumulation": emb}
+                                          if held_grads else {})}
+        moments["end of backward (embedding gradient)"] = end
+    scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device)
+    step_moment = {"gradients": grads}
+    if scratch:
+        step_moment["optimizer scratch"] = scratch
+    moments["optimizer step"] = step_moment
+    peak = max(moments, key=lambda k: sum(moments[k].values()))
+    return StepEstimate(arch=arch, method=method, batch=batch, seq=seq, lora_rank=lora_rank, targets=targets,
+                        checkpointing=bool(checkpointing), optimizer=optimizer, autocast=bool(autocast),
+                        accumulation=accumulation, device=device, baseline_bytes=int(baseline_bytes),
+                        weights_bytes=int(weights), grads_bytes=grads, optimizer_bytes=opt_states,
+                        activations=acts, trained_params=trained, moments=moments, peak_moment=peak)
+
+
+def korthikanti_layer_bytes(arch: Architecture, batch: int, seq: int) -> dict[str, float]:
+    """Korthikanti et al. (2022)'s per-layer activation bytes (16-bit, dropout, no recomputation), for comparison.
+
+    ``sbh(34 + 5as/h)``: with full recomputation ``2sbh``. Returns both, and ``34sbh`` (selective recomputation).
+    """
+    sbh = seq * batch * arch.hidden
+    return {"no recomputation": sbh * (34 + 5 * arch.heads * seq / arch.hidden),
+            "selective recomputation": 34 * sbh, "full recomputation": 2 * sbh}
+
+
+# --------------------------------------------------------------------------------------------
+# Estimate vs measured
+# --------------------------------------------------------------------------------------------
+def error_percent(estimate_bytes: float, measured_bytes: float) -> float:
+    """(estimate - measured) / measured, in percent."""
+    if measured_bytes <= 0:
+        raise ValueError(f"measured_bytes must be positive, got {measured_bytes}")
+    return 100.0 * (estimate_bytes - measured_bytes) / measured_bytes
+
+
+def comparison_line(estimate_bytes: float, measured_bytes: float) -> str:
+    """The CLI's last line: ``estimate X GB, measured Y GB, error Z %``."""
+    return (f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, "
+            f"error {error_percent(estimate_bytes, measured_bytes):+.1f} %")
+
+
+# --------------------------------------------------------------------------------------------
+# Command line (called by ``python -m course_utils memory --batch ... --seq ...``)
+# --------------------------------------------------------------------------------------------
+def cli(args: argparse.Namespace) -> int:
+    """Print the step estimate for ``args`` (see course_utils.memory); with ``measure``, also run and compare.
+
+    Returns 0, or 2 with a one-line error on stderr for input the estimate cannot use.
+    """
+    import sys  # noqa: PLC0415
+
+    def fail(message: str) -> int:
+        print(f"python -m course_utils memory: error: {message}", file=sys.stderr)
+        return 2
+
+    if args.config is None:
+        return fail("argument --config: a whole-step estimate needs the architecture (activations depend on "
+                    "hidden size, layers, vocabulary); --params alone is not enough")
+    try:
+        est = estimate_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
+                            lora_rank=args.lora_rank, targets=list(args.targets),
+                            checkpointing=bool(args.checkpointing), optimizer=args.optimizer)
+    except (ValueError, TypeError) as err:
+        return fail(str(err))
+    print(est.format())
+    for budget in args.budgets or ():
+        verdict = "fits" if est.peak_gb <= budget else "does not fit"
+        print(f"  {budget:g} GB budget: {verdict} (the predicted peak is {100 * est.peak_gb / budget:.0f} % of it)")
+    if args.measure:
+        from course_utils.measure import measure_training_step  # noqa: PLC0415
+
+        try:
+            m = measure_training_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
+                                      lora_rank=args.lora_rank, targets=list(args.targets),
+                                      checkpointing=bool(args.checkpointing), optimizer=args.optimizer,
+                                      timeout_s=600.0)
+        except (TimeoutError, RuntimeError) as err:
+            return fail(f"argument --measure: {err}")
+        if m.device == "cuda":  # compare like with like: the allocator counter has no process baseline
+            est = estimate_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
+                                lora_rank=args.lora_rank, targets=list(args.targets),
+                                checkpointing=bool(args.checkpointing), optimizer=args.optimizer, device="cuda")
+        print(f"measured: {m.what}")
+        print(comparison_line(est.peak_bytes, m.peak_bytes))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Maintainer path: the full estimate-vs-measured sweep (minutes of CPU time; not run by the notebook)
+# --------------------------------------------------------------------------------------------
+def sweep(config: str | Path | Mapping[str, Any] = "smollm2-135m", *, methods: Sequence[str] = ("full", "lora"),
+          batches: Sequence[int] = (1, 4, 8), seq: int = 128, timeout_s: float = 900.0) -> list[dict[str, Any]]:
+    """Estimate and measure every (method, batch) case; one row per case (GB, %, seconds)."""
+    from course_utils.measure import measure_training_step  # noqa: PLC0415
+
+    rows = []
+    for method in methods:
+        for batch in batches:
+            est = estimate_step(config, method=method, batch=batch, seq=seq)
+            m = measure_training_step(config, method=method, batch=batch, seq=seq, timeout_s=timeout_s)
+            rows.append({"method": method, "batch": batch, "seq": seq, "estimate_gb": est.peak_gb,
+                         "measured_gb": m.peak_gb, "error_pct": error_percent(est.peak_bytes, m.peak_bytes),
+                         "dynamic_estimate_gb": (est.peak_bytes - est.fixed_bytes) / GB,
+                         "dynamic_measured_gb": (m.peak_bytes - m.start_bytes) / GB,
+                         "runtime_gb": m.runtime_bytes / GB, "baseline_gb": m.baseline_bytes / GB,
+                         "step_seconds": m.step_seconds})
+    return rows
+
+
+def format_sweep(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The sweep as a Markdown table."""
+    lines = ["| method | batch | seq | estimate GB | measured GB | error | step part: estimate / measured GB "
+             "| runtime GB | step s |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['batch']} | {r['seq']} | {r['estimate_gb']:.3f} | {r['measured_gb']:.3f} "
+                     f"| {r['error_pct']:+.1f} % | {r['dynamic_estimate_gb']:.3f} / {r['dynamic_measured_gb']:.3f} "
+                     f"| {r['runtime_gb']:.3f} | {r['step_seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m course_utils.step_memory --sweep``: the maintainer's estimate-vs-measured table."""
+    parser = argparse.ArgumentParser(prog="python -m course_utils.step_memory", description=main.__doc__)
+    parser.add_argument("--sweep", action="store_true", help="measure every case (minutes of CPU time)")
+    parser.add_argument("--config", default="smollm2-135m")
+    parser.add_argument("--methods", default="full,lora")
+    parser.add_argument("--batches", default="1,4,8")
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b]
+    except ValueError:
+        parser.error("argument --batches: give integers separated by commas, e.g. 1,4,8")
+    if not args.sweep:
+        for method in methods:
+            for batch in batches:
+                print(estimate_step(args.config, method=method, batch=batch, seq=args.seq).format(), end="\n\n")
+        return 0
+    print(format_sweep(sweep(args.config, methods=methods, batches=batches, seq=args.seq)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,490 @@
+"""Three more memory tricks, measured: gradient checkpointing, 8-bit AdamW, torch.compile (and bf16, accumulation).
+
+* :data:`TRICKS` - each trick as one change to a training step, next to the seed's claim about it.
+* :func:`measure_tricks` - one measured training step per trick (each in its own bounded child process on a
+  CPU, see :mod:`course_utils.measure`), compared with a baseline step; :func:`verdict` says whether this
+  machine bears the claim out, and if not, why (using the step estimate of :mod:`course_utils.step_memory`).
+* :func:`memory_efficient_training_arguments` - the seed's ``TrainingArguments``, built for this machine,
+  with every line explained and every change from the seed listed.
+* :data:`COMPARISON` and :func:`what_is_my_bottleneck` - the module's closing table, and a helper that names
+  what does not fit a memory budget and which trick moves it under, at what estimated cost in time.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+GB = 1e9
+
+
+# --------------------------------------------------------------------------------------------
+# The tricks and the seed's claims
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Trick:
+    """One trick: what it changes in a step, and the seed's claim about it (memory and time ratios vs baseline)."""
+
+    key: str
+    label: str
+    change: Mapping[str, Any]
+    claim: str
+    memory_ratio: float | None = None  # claimed peak / baseline peak
+    time_ratio: tuple[float, float] | None = None  # claimed step time / baseline step time (low, high)
+
+
+TRICKS: dict[str, Trick] = {t.key: t for t in (
+    Trick("baseline", "baseline (float32, AdamW)", {}, "the reference step"),
+    Trick("checkpointing", "gradient checkpointing", {"checkpointing": True},
+          "~50 % memory reduction at ~30 % speed cost", memory_ratio=0.5, time_ratio=(1.3, 1.3)),
+    Trick("bf16", "bf16 autocast", {"autocast": "bf16"},
+          "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost",
+          time_ratio=(0.5, 0.5)),
+    Trick("adamw8bit", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw8bit"},
+          "8-bit Adam state; saves a lot when training big models (8 -> 2 bytes per trained number)"),
+    Trick("compile", "torch.compile", {"compile": True},
+          "1.2-1.5x speed-up on stable shapes; sometimes hurts on dynamic shapes",
+          time_ratio=(1 / 1.5, 1 / 1.2)),
+    Trick("accumulation", "gradient accumulation (4 micro-batches)", {"accumulation": 4},
+          "big-batch gradients with small-batch memory; the cost is time"),
+)}
+
+#: The closing table of the module: the seed's three tricks, then this notebook's three, same columns.
+COMPARISON: tuple[tuple[str, str, str, str], ...] = (
+    ("Quantization", "How numbers are stored", "Less memory, faster inference", "Some quality loss"),
+    ("Mixed precision", "The precision of the maths", "Faster training, less activation memory",
+     "Numerical care: loss scaling and the right GPU"),
+    ("Gradient accumulation", "When the weights are updated", "Big batches on a small GPU",
+     "Slower than a real big batch"),
+    ("Gradient checkpointing", "What is kept for backward", "Activation memory of one layer, not all",
+     "One extra forward pass (~30 % slower)"),
+    ("8-bit optimizer", "How the optimizer's states are stored", "2 instead of 8 bytes per trained number",
+     "Needs bitsandbytes; little gain when few numbers are trained (LoRA)"),
+    ("torch.compile", "How the step is executed", "Faster steps on stable shapes",
+     "Compile time up front; dynamic shapes can recompile"),
+)
+
+
+def comparison_table() -> str:
+    """:data:`COMPARISON` as a Markdown table (first three rows: the seed's)."""
+    lines = ["| Technique | What changes? | Main benefit | Main trade-off |", "| --- | --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in COMPARISON]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring them
+# --------------------------------------------------------------------------------------------
+@dataclass
+class TrickResult:
+    """One trick measured (or skipped, with the reason)."""
+
+    key: str
+    label: str
+    claim: str
+    peak_bytes: int | None = None
+    step_seconds: float | None = None
+    first_step_seconds: float | None = None
+    compile_seconds: float | None = None
+    optimizer_bytes: int | None = None
+    saved_activations_bytes: int | None = None
+    trained_params: int | None = None
+    estimate_bytes: int | None = None
+    estimate_moment: str | None = None
+    skipped: str | None = None
+    measurement: Any = None
+
+    @property
+    def peak_gb(self) -> float | None:
+        return None if self.peak_bytes is None else self.peak_bytes / GB
+
+
+def trick_kwargs(key: str, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :func:`~course_utils.measure.measure_training_step` for one trick."""
+    if key not in TRICKS:
+        raise ValueError(f"trick must be one of {', '.join(TRICKS)}; got {key!r}")
+    kwargs = dict(base)
+    change = dict(TRICKS[key].change)
+    if key == "accumulation":  # same examples per optimizer step, in micro-batches
+        k = change["accumulation"]
+        batch = int(kwargs.get("batch", 8))
+        if batch % k:
+            raise ValueError(f"batch must be divisible by the {k} micro-batches of the accumulation trick, got {batch}")
+        kwargs["batch"] = batch // k
+    kwargs.update(change)
+    return kwargs
+
+
+def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: str = "cpu") -> Any:
+    """The :class:`~course_utils.step_memory.StepEstimate` for the same keyword arguments as a measurement."""
+    from course_utils.step_memory import estimate_step  # noqa: PLC0415
+
+    keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
+    return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=device,
+                         **{k: kwargs[k] for k in keys if k in kwargs})
+
+
+def estimate_for(kwargs: Mapping[str, Any], config: Any, device: str = "cpu") -> int:
+    """The predicted peak (bytes) for the same keyword arguments (CPU: this course's process baseline)."""
+    return estimate_step_for(kwargs, config, device).peak_bytes
+
+
+def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None = None,
+                   keys: Sequence[str] = tuple(TRICKS), *, timeout_s: float = 300.0,
+                   compile_timeout_s: float = 240.0) -> list[TrickResult]:
+    """Measure one training step per trick (``baseline`` first). A trick that fails or runs past its time
+    limit is returned with ``skipped`` set to the reason instead of stopping the others."""
+    from course_utils.measure import measure_training_step  # noqa: PLC0415
+
+    base = dict(base or {"method": "full", "batch": 4, "seq": 128})
+    out = []
+    for key in keys:
+        trick = TRICKS[key] if key in TRICKS else None
+        if trick is None:
+            raise ValueError(f"keys: unknown trick {key!r}; known: {', '.join(TRICKS)}")
+        kwargs = trick_kwargs(key, base)
+        row = TrickResult(key, trick.label, trick.claim)
+        try:
+            est = estimate_step_for(kwargs, config)
+        except (ValueError, TypeError):
+            est = None
+        else:
+            row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
+        limit = compile_timeout_s if key == "compile" else timeout_s
+        try:
+            m = measure_training_step(config, timeout_s=limit, **kwargs)
+        except TimeoutError:
+            row.skipped = f"skipped: did not finish within its {limit:g} s budget on this machine"
+        except RuntimeError as err:
+            row.skipped = f"skipped: the step failed ({str(err).splitlines()[-1][:160]})"
+        else:
+            row.measurement = m
+            row.peak_bytes, row.step_seconds = m.peak_bytes, m.step_seconds
+            row.first_step_seconds, row.compile_seconds = m.first_step_seconds, m.compile_seconds
+            row.optimizer_bytes, row.saved_activations_bytes = m.optimizer_bytes, m.saved_activations_bytes
+            row.trained_params = m.trained_params
+        out.append(row)
+    return out
+
+
+def verdict(row: TrickResult, baseline: TrickResult) -> str:
+    """One sentence: the claim next to what this machine measured, and why they differ when they do."""
+    if row.key == "baseline":
+        return "reference"
+    if row.skipped:
+        return row.skipped
+    if baseline.peak_bytes is None or baseline.step_seconds is None:
+        return "no baseline to compare with"
+    mem = row.peak_bytes / baseline.peak_bytes
+    speed = row.step_seconds / baseline.step_seconds
+    said = f"peak {round(100 * (mem - 1)):+d} %, step time {round(100 * (speed - 1)):+d} %"  # no "-0 %"
+    moment = baseline.estimate_moment or "peak moment"
+    if row.key == "checkpointing":
+        acts = baseline.saved_activations_bytes or 0
+        share = acts / baseline.peak_bytes
+        own = row.estimate_moment or moment
+        why = "" if mem <= 0.6 else (
+            f"; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, and "
+            f"with checkpointing the predicted peak comes at the {own}; checkpointing removes only the layers' "
+            "activations (weights, gradients, optimizer states, the process baseline and the float32 logits "
+            "path stay)")
+        return f"{said}{why}"
+    if row.key == "adamw8bit":
+        per = (row.optimizer_bytes or 0) / max(1, row.trained_params or 1)
+        base_per = (baseline.optimizer_bytes or 0) / max(1, baseline.trained_params or 1)
+        return (f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted). "
+                "On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
+                "scratch memory the size of 5 float32 copies of the largest tensor; a GPU's fused kernel "
+                "works in place")
+    if row.key == "compile":
+        extra = f"; compile {row.compile_seconds:.0f} s once" if row.compile_seconds is not None else ""
+        ratio = 1 / speed
+        ok = 1.1 <= ratio
+        why = "" if ok else ("; no 1.2-1.5x here: on a CPU most of a step's time is in matrix multiplies, which "
+                             "compiled code leaves to the same libraries (compiling fuses the small element-wise "
+                             "operations); noisy timings can also hide a gain")
+        return f"{said} ({ratio:.2f}x speed){extra}{why}"
+    if row.key == "bf16":
+        where = ("on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)" if row.measurement is not None
+                 and getattr(row.measurement, "device", "cpu") == "cuda" else
+                 "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions")
+        if mem > 0.9:
+            return (f"{said} ({where}). The peak did not halve: autocast keeps a bfloat16 copy of every weight on "
+                    "the gradient's path until backward, and the loss is still computed in float32 over the "
+                    "vocabulary")
+        return f"{said} ({where}); activations are stored in bfloat16"
+    if row.key == "accumulation":
+        if mem < 0.97:
+            return (f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations")
+        own = row.estimate_moment or moment
+        return (f"{said} for the same examples per optimizer step. The peak did not fall: the predicted peak "
+                f"comes at the {own}, and accumulation keeps every gradient from one micro-batch to the next")
+    return said
+
+
+def results_table(rows: Sequence[TrickResult]) -> list[dict[str, Any]]:
+    """Rows for display: trick, claim, measured peak (GB) and step time (s), estimate, verdict."""
+    base = next((r for r in rows if r.key == "baseline"), None)
+    table = []
+    for r in rows:
+        table.append({"trick": r.label, "claim": r.claim,
+                      "estimate GB": None if r.estimate_bytes is None else round(r.estimate_bytes / GB, 2),
+                      "peak GB": None if r.peak_bytes is None else round(r.peak_bytes / GB, 2),
+                      "step s": None if r.step_seconds is None else round(r.step_seconds, 1),
+                      "measured": verdict(r, base) if base else ""})
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# The seed's memory-efficient TrainingArguments
+# --------------------------------------------------------------------------------------------
+#: The seed's arguments, line by line: (name, seed value, what the line does).
+SEED_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
+    ("output_dir", "./out", "where checkpoints and logs go"),
+    ("per_device_train_batch_size", 2, "examples per micro-batch: what must fit in memory at once"),
+    ("gradient_accumulation_steps", 8, "micro-batches per optimizer step: effective batch 2 x 8 = 16 on one GPU"),
+    ("bf16", True, "autocast to bfloat16 (float32 master weights); needs Ampere+ or a CPU with bf16 support"),
+    ("gradient_checkpointing", True, "keep only each layer's input; recompute the rest in backward"),
+    ("optim", "adamw_8bit", "bitsandbytes' 8-bit AdamW: 2 instead of 8 bytes of state per trained number"),
+    ("num_train_epochs", 3, "passes over the training data"),
+    ("learning_rate", 2e-4, "peak learning rate (a LoRA-style value)"),
+    ("warmup_ratio", 0.03, "ramp the learning rate up over the first 3 % of steps"),
+    ("lr_scheduler_type", "cosine", "then let it fall along a cosine"),
+    ("save_steps", 500, "write a checkpoint every 500 optimizer steps"),
+    ("eval_steps", 500, "evaluate every 500 steps (only if an evaluation strategy is switched on)"),
+    ("logging_steps", 50, "log the loss every 50 steps"),
+    ("torch_compile", False, "compile the model with torch.compile: try True once a baseline works"),
+)
+
+
+def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: int | None = None,
+                                        cuda: bool | None = None) -> tuple[Any, list[str]]:
+    """The seed's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
+
+    Changes always made: ``warmup_ratio`` is written ``warmup_steps=0.03`` (transformers 5 removed
+    ``warmup_ratio``; a float below 1 is read as a ratio), and ``gradient_checkpointing`` is spelled
+    ``activation_checkpointing`` where transformers has the new name. For a short demo (``max_steps`` given) checkpoints
+    are not saved and the run stops after ``max_steps``. Without CUDA: ``disable_tqdm`` (no progress bar on
+    stderr), ``report_to="none"``, ``use_cpu=True``; ``bf16`` stays on when the CPU supports bfloat16
+    autocast; ``optim="adamw_8bit"`` stays when bitsandbytes imports.
+    """
+    import inspect  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+
+    bnb = import_bitsandbytes()  # first: transformers may import it, and its CPU notice would reach stderr
+    from transformers import TrainingArguments  # noqa: PLC0415
+
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    kwargs = {name: value for name, value, _ in SEED_TRAINING_ARGUMENTS}
+    kwargs["output_dir"] = str(output_dir)
+    changes = ["warmup_ratio=0.03 -> warmup_steps=0.03: transformers 5 removed warmup_ratio "
+               "(a float below 1 is read as a share of the steps)"]
+    kwargs["warmup_steps"] = kwargs.pop("warmup_ratio")
+    if "activation_checkpointing" in inspect.signature(TrainingArguments).parameters:
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
+        changes.append("gradient_checkpointing=True -> activation_checkpointing=True: the new name in "
+                       "transformers 5 (the old one still works until v6, with a FutureWarning)")
+    if bnb is None:
+        kwargs["optim"] = "adamw_torch"
+        changes.append("optim='adamw_8bit' -> 'adamw_torch': bitsandbytes is not installed here")
+    if not cuda:
+        kwargs.update(use_cpu=True, disable_tqdm=True, report_to="none")
+        changes.append("use_cpu=True, disable_tqdm=True, report_to='none': no GPU; no progress bar on stderr; "
+                       "no experiment tracker")
+        cpu_bf16 = _cpu_supports_bf16()
+        if not cpu_bf16:
+            kwargs["bf16"] = False
+            changes.append("bf16=True -> False: this CPU has no bfloat16 autocast support")
+    if max_steps is not None:
+        kwargs.update(max_steps=max_steps, save_strategy="no", logging_steps=1)
+        changes.append(f"max_steps={max_steps}, save_strategy='no', logging_steps=1: a short demo run that "
+                       "writes no checkpoint and logs every step")
+    return TrainingArguments(**kwargs), changes
+
+
+def _cpu_supports_bf16() -> bool:
+    try:
+        from transformers.utils import is_torch_bf16_cpu_available  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - older transformers
+        return True
+    return bool(is_torch_bf16_cpu_available())
+
+
+def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64,
+                      seed: int = 0) -> dict[str, Any]:
+    """Train a randomly initialised model of ``config`` with ``args`` on random tokens; return the log.
+
+    Runs in this process: returns the losses, the steps done, the wall time and the peak memory of the run
+    (see :func:`course_utils.measure.track_peak`).
+    """
+    import time  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from course_utils.measure import _quiet_libraries, build_model, load_config, track_peak  # noqa: PLC0415
+
+    _quiet_libraries()  # silences bitsandbytes and transformers before they print anything
+    from transformers import Trainer  # noqa: PLC0415
+    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
+    cfg, name = load_config(config)
+    model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.remove_callback(PrinterCallback)
+    start = time.perf_counter()
+    with track_peak() as peak:
+        result = trainer.train()
+    seconds = time.perf_counter() - start
+    losses = [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h]
+    return {"losses": losses, "steps": result.global_step, "seconds": seconds, "peak": peak, "config": name}
+
+
+# --------------------------------------------------------------------------------------------
+# What is my bottleneck?
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Option:
+    """A way to make the step fit: the changes, the new estimate, and its estimated time cost."""
+
+    changes: tuple[str, ...]
+    peak_bytes: int
+    fits: bool
+    time_factor: float
+    cost: str
+    method_changed: bool = False
+    micro_batches: int = 1
+
+    @property
+    def peak_gb(self) -> float:
+        return self.peak_bytes / GB
+
+
+@dataclass
+class Diagnosis:
+    """The answer of :func:`what_is_my_bottleneck`."""
+
+    estimate: Any
+    budget_gb: float
+    fits: bool
+    parts: list[tuple[str, int]]
+    options: list[Option] = field(default_factory=list)
+
+    def text(self, limit: int = 4) -> str:
+        """The diagnosis in a few plain lines."""
+        est = self.estimate
+        head = (f"{est.describe()}: estimated peak {est.peak_gb:.2f} GB against a {self.budget_gb:g} GB budget "
+                f"({'allocator counter, CUDA' if est.device == 'cuda' else 'process memory, CPU'}).")
+        if self.fits:
+            return head + "\nIt fits: no trick needed for memory."
+        over = est.peak_gb - self.budget_gb
+        big = sorted(self.parts, key=lambda p: -p[1])[:3]
+        lines = [head, f"It does not fit: {over:.2f} GB over. Biggest parts at the peak ({est.peak_moment}): "
+                 + "; ".join(f"{label} {b / GB:.2f} GB" for label, b in big) + "."]
+        fitting = [o for o in self.options if o.fits]
+        if not fitting:
+            lines.append("No combination of the tricks below fits: a smaller model, shorter sequences or a "
+                         "bigger machine is needed.")
+        else:
+            lines.append("Tricks that move it under the budget (same method first, fewest changes first):")
+            for o in fitting[:limit]:
+                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, time x{o.time_factor:.2f} ({o.cost})")
+        return "\n".join(lines)
+
+
+#: Estimated time factors of each move, from the arithmetic a step does (see :func:`what_is_my_bottleneck`).
+_COSTS = {
+    "checkpointing": "one extra forward of every layer",
+    "adamw8bit": "about the same time on a GPU (fused kernel)",
+    "accumulation": "same arithmetic in smaller pieces; slower if the small micro-batch leaves the GPU idle",
+    "lora": "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic",
+    "lora-bf16": "like LoRA; bfloat16 matmuls are faster on Ampere+",
+    "qlora": "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)",
+}
+
+
+def _kinds(option: Option) -> frozenset[str]:
+    """The kinds of change in an option (the accumulation split counts as one kind)."""
+    return frozenset("accumulation" if c.startswith("micro-batch") else c for c in option.changes)
+
+
+def _time_factor(method: str, new_method: str, checkpointing: bool, new_checkpointing: bool) -> float:
+    """Relative time from the arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen)."""
+    def cost(m: str, ck: bool) -> float:
+        fwd, bwd = 1.0, 2.0 if m == "full" else 1.0
+        return fwd + bwd + (fwd if ck else 0.0)
+
+    return cost(new_method, new_checkpointing) / cost(method, checkpointing)
+
+
+def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
+                          budget_gb: float = 16.0, *, seq: int = 512, lora_rank: int = 8,
+                          targets: Sequence[str] = ("q_proj", "v_proj"), optimizer: str = "adamw",
+                          checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
+    """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
+
+    Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
+    examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
+    on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
+    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they
+    are frozen; checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device``
+    ``"cuda"`` compares against the allocator counter (no process baseline), ``"cpu"`` includes it.
+    """
+    from course_utils.step_memory import METHODS, estimate_step  # noqa: PLC0415
+
+    if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or not 0 < budget_gb < 1e6:
+        raise ValueError(f"budget_gb must be a positive number of GB, got {budget_gb!r}")
+    common = {"seq": seq, "lora_rank": lora_rank, "targets": targets, "device": device}
+    est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing,
+                        **common)
+    fits = est.peak_gb <= budget_gb
+    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=fits, parts=est.parts())
+    if fits:
+        return diag
+    order = list(METHODS)
+    methods = order[order.index(method):]
+    splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
+    names = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "QLoRA"}
+    options = []
+    for new_method, ck, opt8 in itertools.product(methods, sorted({checkpointing, True}),
+                                                  sorted({optimizer == "adamw8bit", True})):
+        for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
+            new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k, checkpointing=ck,
+                                optimizer="adamw8bit" if opt8 else "adamw", **common)
+            if new.peak_gb <= budget_gb or k == splits[-1]:
+                break
+        changes, costs = [], []
+        if new_method != method:
+            changes.append(names[new_method])
+            costs.append(_COSTS[new_method])
+        if ck and not checkpointing:
+            changes.append("gradient checkpointing")
+            costs.append(_COSTS["checkpointing"])
+        if opt8 and optimizer != "adamw8bit":
+            changes.append("8-bit AdamW")
+            costs.append(_COSTS["adamw8bit"])
+        if k > 1:
+            changes.append(f"micro-batch {batch // k} x {k} accumulation steps")
+            costs.append(_COSTS["accumulation"])
+        if not changes:
+            continue
+        factor = _time_factor(method, new_method, checkpointing, ck)
+        options.append(Option(tuple(changes), new.peak_bytes, new.peak_gb <= budget_gb, factor, "; ".join(costs),
+                              method_changed=new_method != method, micro_batches=k))
+    # keep the method if possible (a new method changes the result, not only the cost); then fewest changes,
+    # fewest micro-batches, least time
+    options.sort(key=lambda o: (not o.fits, o.method_changed, len(o.changes), o.micro_batches, o.time_factor,
+                                o.peak_bytes))
+    # drop options that only add tricks to a simpler option that already fits
+    fitting_sets = [_kinds(o) for o in options if o.fits]
+    options = [o for o in options if not any(f < _kinds(o) for f in fitting_sets)]
+    diag.options = options
+    return diag

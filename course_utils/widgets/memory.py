@@ -1,0 +1,119 @@
+"""The budget planner of notebook 04: model, method, LoRA rank and budget -> estimate, fits or not, and a bar.
+
+:func:`plan` does the work (plain values in, text and numbers out) and :func:`planner_view` draws it; both
+are unit-tested. :func:`budget_planner` only wires ipywidgets controls to :func:`planner_view`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from course_utils import memory as mem
+
+#: Custom size: the parameter count comes from the 'billions' control.
+CUSTOM = "custom size (billions of parameters)"
+#: The planner's models: the shipped configs (exact counts) and the lesson's round sizes (assumed adapter share).
+PRESET_CONFIGS = {"SmolLM2-135M (config)": "smollm2-135m", "Qwen2.5-1.5B (config)": "qwen2.5-1.5b-instruct",
+                  "Qwen3-4B (config)": "qwen3-4b-instruct-2507"}
+ROUND_SIZES = {"a 1.7B model": 1.7, "a 7B model": 7.0, "a 70B model": 70.0}
+MODEL_CHOICES: tuple[str, ...] = (*PRESET_CONFIGS, *ROUND_SIZES, CUSTOM)
+#: Bounds of the controls (and of :func:`plan`'s arguments).
+MAX_BILLIONS = 1000.0
+MAX_RANK = 1024
+MAX_BUDGET_GB = 10_000.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer: the estimate, the budget, whether it fits, and a sentence saying so."""
+
+    estimate: mem.MemoryEstimate
+    budget_gb: float
+    fits: bool
+    text: str
+
+
+def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: float) -> Plan:
+    """Estimate ``method`` on ``model`` at ``lora_rank`` against ``budget_gb`` GB.
+
+    ``model`` is one of :data:`MODEL_CHOICES`; ``billions`` is used only for :data:`CUSTOM`. Configs give exact
+    counts (LoRA on q_proj and v_proj); round sizes and custom sizes assume the lesson's 0.34 % adapter share.
+    """
+    if model not in MODEL_CHOICES:
+        raise ValueError(f"model must be one of {', '.join(MODEL_CHOICES)}; got {model!r}")
+    if method not in mem.METHODS:
+        raise ValueError(f"method must be one of {', '.join(mem.METHODS)}; got {method!r}")
+    if isinstance(lora_rank, bool) or not isinstance(lora_rank, int):
+        raise TypeError(f"lora_rank must be an integer, got {type(lora_rank).__name__}")
+    if not 1 <= lora_rank <= MAX_RANK:
+        raise ValueError(f"lora_rank must be between 1 and {MAX_RANK}, got {lora_rank}")
+    for name, value, high in (("billions", billions, MAX_BILLIONS), ("budget_gb", budget_gb, MAX_BUDGET_GB)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if not 0 < value <= high:  # also rejects NaN
+            raise ValueError(f"{name} must be > 0 and at most {high:g}, got {value!r}")
+
+    if model in PRESET_CONFIGS:
+        size = mem.model_from_config(PRESET_CONFIGS[model], lora_rank, name=model.replace(" (config)", ""))
+        est = mem.estimate_model(size, method, lora_rank)
+    else:
+        params = (ROUND_SIZES[model] if model in ROUND_SIZES else billions) * 1e9
+        name = model if model in ROUND_SIZES else mem.size_name(int(round(params)))
+        est = mem.estimate(params, method, lora_rank=lora_rank, name=name)
+
+    usable = mem.usable_gb(budget_gb)
+    ok = est.fits(budget_gb)
+    pg = est.parts_gb()
+    if mem.METHODS[method].trains_all:
+        trained = f"trains all {est.params:,} parameters"
+    else:
+        how = "assumed: 0.34% of the model x rank/8" if est.adapter_assumed else "counted from the config"
+        trained = f"LoRA rank {lora_rank} trains {est.trained:,.0f} numbers ({how})"
+    text = (f"{est.model}, {est.label}: {trained}.\n"
+            f"Estimate: {est.gb:.2f} GB = weights {_gb(pg['weights'])} + gradients {_gb(pg['gradients'])} "
+            f"+ AdamW states {_gb(pg['AdamW states'])} GB (activations not included).\n"
+            f"Budget {budget_gb:g} GB, usable 70% = {usable:g} GB: {'FITS' if ok else 'does NOT fit'} "
+            f"(the estimate is {100 * est.gb / usable:.0f}% of the usable part).")
+    return Plan(est, float(budget_gb), ok, text)
+
+
+def _gb(value: float) -> str:
+    """GB with two decimals, or four when the part is below 0.01 GB (so small parts do not read as zero)."""
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.4f}"
+
+
+def planner_view(model: str, billions: float, method: str, lora_rank: int, budget_gb: float) -> Any:
+    """The widget's callback: print the plan's text and draw its stacked bar. Returns the figure."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from course_utils.plots.memory import plot_breakdown  # noqa: PLC0415
+
+    result = plan(model, billions, method, lora_rank, budget_gb)
+    print(result.text)
+    fig = plot_breakdown(result.estimate, budget_gb)
+    plt.show()
+    return fig
+
+
+def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_rank: int = 8,
+                   budget_gb: float = 16.0, billions: float = 7.0) -> Any:
+    """The budget-planner widget: pick a model, a method, a LoRA rank and a budget; see the estimate."""
+    import ipywidgets as w  # noqa: PLC0415
+
+    plan(model, billions, method, lora_rank, budget_gb)  # bad defaults fail here, with a clear message
+    style = {"description_width": "initial"}
+    controls = {
+        "model": w.Dropdown(options=list(MODEL_CHOICES), value=model, description="model", style=style),
+        "billions": w.FloatLogSlider(value=billions, base=10, min=-1, max=3, step=0.05,
+                                     description="custom size (B)", style=style, continuous_update=False),
+        "method": w.Dropdown(options=[(m.label, k) for k, m in mem.METHODS.items()], value=method,
+                             description="method", style=style),
+        "lora_rank": w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128], value=lora_rank, description="LoRA rank",
+                                style=style),
+        "budget_gb": w.FloatSlider(value=budget_gb, min=2, max=160, step=2, description="memory (GB)",
+                                   style=style, continuous_update=False),
+    }
+    out = w.interactive_output(planner_view, controls)
+    rows = [w.HBox([controls["model"], controls["billions"]]),
+            w.HBox([controls["method"], controls["lora_rank"], controls["budget_gb"]])]
+    return w.VBox([*rows, out])

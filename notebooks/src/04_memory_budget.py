@@ -1,0 +1,507 @@
+# %% [markdown]
+# # Memory budgets: will it fit?
+#
+# Before you start a training run, you can work out whether it fits your computer's memory. This notebook
+# does that sum for full fine-tuning, LoRA and 4-bit QLoRA, then checks it against a real training step
+# measured on this machine.
+#
+# **What you will be able to do**
+# - estimate the training memory of full fine-tuning, LoRA and QLoRA from a parameter count or a `config.json`;
+# - say what quantization saves and what it can change;
+# - explain why a run can fail even when the estimate fits, and account for the gap in numbers;
+# - choose a method for a given memory budget, with one reason from the task and one from the memory.
+#
+# **Time**: about 40 minutes to study; one to two minutes to run on a 2-core CPU. No GPU needed.
+#
+# **Before you start**: you know what LoRA does (it freezes the model and trains a small adapter), and that a
+# float32 number takes 4 bytes and a bfloat16 number 2. Quantization is covered in
+# [notebook 01](01_quantization.ipynb).
+
+# %% [setup] extras=["peft"]
+
+# %% [markdown]
+# ## A desk for editing a book
+#
+# Picture correcting a book on a small desk. The book itself takes room. For every page you are allowed to
+# change you also need a draft sheet and two sheets of notes. If you may change every page, the desk must
+# hold the book plus three more books' worth of paper. If you may change only a few pages, the book plus a
+# handful of sheets will do. And a book printed in smaller type takes less of the desk.
+#
+# In training, the book is the model's weights, the draft sheet is each weight's gradient, and the two
+# sheets of notes are the optimizer's running averages. LoRA changes only a few pages; quantization prints
+# the book smaller.
+#
+# ## The problem: will it fit?
+#
+# The course's project teaches a small model, SmolLM2-135M, to route support tickets as strict JSON. Tomás
+# has a bigger idea: "SmolLM2 is tiny. Let's tune a 7-billion-parameter model; it knows much more." Kwame
+# asks the question this notebook is about: will it fit?
+#
+# Training with the AdamW optimizer in float32 keeps four numbers of 4 bytes for every weight it trains:
+
+# %%
+from course_utils import memory as mem
+
+per_weight = {"the weight itself": 4, "its gradient": 4, "AdamW's running average of the gradient": 4,
+              "AdamW's running average of its square": 4}
+for what, n_bytes in per_weight.items():
+    print(f"{what:<40} {n_bytes} bytes")
+print(f"{'total per trained parameter':<40} {sum(per_weight.values())} bytes")
+
+# %% [markdown]
+# **Predict before you run**: SmolLM2 has 134,515,008 parameters. How many GB does training all of them
+# need? And a 7B model? The course laptop has 16 GB.
+
+# %%
+for name, params in [("SmolLM2-135M", mem.SMOLLM2_PARAMS), ("a 7B model", 7_000_000_000)]:
+    full = mem.estimate(params, "full", name=name)
+    print(f"{name:<13} {params:>13,} x 16 bytes = {full.gb:7.2f} GB")
+
+# %% [markdown]
+# SmolLM2 needs 2.15 GB. The 7B model needs 112 GB, seven times the laptop's 16 GB, before anything else is
+# counted. GB here means 10⁹ bytes.
+#
+# Where does 134,515,008 come from? The model's architecture file (`config.json`) is enough to count it: build
+# the model on PyTorch's `meta` device, where tensors have shapes but no memory, and add up. `peft` can wrap
+# that empty model in a LoRA adapter (rank 8 on the attention's `q_proj` and `v_proj`, the course's choice)
+# and count what the adapter trains.
+
+# %%
+total, adapter = mem.count_on_meta("smollm2-135m", lora_rank=8, targets=("q_proj", "v_proj"))
+print(f"SmolLM2-135M: {total:,} parameters")
+print(f"LoRA rank 8 on q_proj, v_proj trains {adapter:,} numbers = {100 * adapter / total:.2f}% of the model")
+
+# %% [markdown]
+# ## LoRA changes the sum
+#
+# With LoRA, every weight of the model is still in memory, at 4 bytes in float32. But it is frozen: gradients
+# and AdamW's two averages exist only for the adapter's numbers, 4 + 8 = **12 bytes** each.
+#
+# The adapter's size is simple arithmetic. A LoRA adapter on a layer that maps `in` numbers to `out` numbers
+# adds two small matrices, rank × `in` and `out` × rank. In SmolLM2, `q_proj` maps 576 → 576 and `v_proj` maps
+# 576 → 192 (three key/value heads of 64), in each of 30 layers:
+
+# %%
+print(f"30 layers x 8 x ((576 + 576) + (576 + 192)) = {30 * 8 * ((576 + 576) + (576 + 192)):,}")
+print(f"from the config, by the same arithmetic:     {mem.lora_adapter_params('smollm2-135m', 8):,}")
+
+# %%
+lora = mem.estimate(mem.SMOLLM2_PARAMS, "lora", adapter=mem.SMOLLM2_ADAPTER, name="SmolLM2-135M")
+print(f"frozen weights  134,515,008 x 4 bytes  = {lora.weights_bytes / 1e9:.4f} GB")
+print(f"adapter             460,800 x 12 bytes = {(lora.gradient_bytes + lora.optimizer_bytes) / 1e9:.4f} GB")
+print(f"LoRA on SmolLM2-135M, base in float32  = {lora.gb:.2f} GB  (full fine-tuning: 2.15 GB)")
+print(f"a 7B model's frozen weights alone: 7,000,000,000 x 4 bytes = "
+      f"{mem.estimate(7e9, 'lora').weights_bytes / 1e9:.0f} GB")
+
+# %% [markdown]
+# 0.54 GB instead of 2.15 GB. Now the frozen weights take almost all of the memory: 99 % of it for SmolLM2,
+# and 28 GB for a 7B model. To save more, the weights themselves must take fewer bytes.
+#
+# (A detail: the adapter's own numbers also need 4 bytes each, 1.8 MB here. The lesson's estimate leaves them
+# out; it is far below the rounding of the table.)
+#
+# ## Quantization: fewer bits per weight
+#
+# Quantization stores each weight with fewer bits by rounding it, the way a price list rounded to the nearest
+# 5 cents is shorter to write and still useful. [Notebook 01](01_quantization.ipynb) builds it from scratch;
+# here is its 4-bit example again. Eight made-up weights; the one furthest from zero is −0.35; four bits
+# give the whole steps −7 … 7, so one step is 0.35 ÷ 7 = 0.05, and each weight becomes its nearest step:
+
+# %%
+from course_utils import quant
+
+print(quant.format_eight_numbers(quant.eight_numbers(bits=4)))
+
+# %%
+import torch
+
+size = quant.storage(quant.quantize(torch.tensor(quant.EIGHT_WEIGHTS), bits=4))
+print(f"float32: 8 weights x 4 bytes = {8 * 4} bytes")
+print(f"4 bits:  {size.codes} bytes of steps + {size.scales} bytes for the step size = {size.total} bytes")
+
+# %%
+from course_utils.plots.quant import plot_eight_numbers
+import matplotlib.pyplot as plt
+
+_ = plot_eight_numbers(bits=4)
+plt.show()
+
+# %% [markdown]
+# **Text description of the chart.** Two rows of 8 dots on an axis from −0.4 to 0.4. The float32 row has the
+# original weights: −0.35, −0.22, −0.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded
+# values: −0.35, −0.20, −0.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and
+# no dot is more than 0.02 from its original.
+#
+# Real 4-bit formats share one step size among a group of 64 weights and place their 16 levels more cleverly
+# (NF4, see notebook 01), but the saving is the same idea. The estimator counts the ideal: 4 bytes per weight
+# in float32, 2 in bfloat16, half a byte in 4 bits. (The step sizes add about 0.13 bit per weight with QLoRA's
+# double quantization, 0.5 bit without: small next to 4.)
+
+# %%
+for label, n_bytes in [("float32", 4), ("bfloat16", 2), ("4 bits", 0.5)]:
+    print(f"a 7B model's weights in {label:<8}: {n_bytes:>3} bytes x 7e9 = {n_bytes * 7:5.1f} GB")
+
+# %% [markdown]
+# ## QLoRA: a 4-bit base under a LoRA adapter
+#
+# QLoRA combines both ideas: the frozen model is stored in 4 bits, and a LoRA adapter is trained on top at
+# full precision (the 4-bit weights are unpacked to bfloat16 on the fly for each multiplication). For a 7B
+# model:
+
+# %%
+qlora = mem.estimate(7e9, "qlora", name="a 7B model")
+parts = qlora.parts_gb()
+print(f"frozen base in 4 bits: {parts['weights']:.2f} GB")
+print(f"adapter (assumed 0.34% of the model) x 12 bytes: {parts['gradients'] + parts['AdamW states']:.2f} GB")
+print(f"QLoRA on a 7B model: {qlora.gb:.2f} GB")
+
+# %% [markdown]
+# 3.79 GB: a 7B model now fits the laptop's 16 GB on paper. It has two costs.
+#
+# 1. **Quality.** Rounding moves every weight a little, so the model's answers can change. Measure its quality
+#    again after quantizing; do not assume it.
+# 2. **Hardware.** The lesson this notebook is based on said that bitsandbytes, QLoRA's usual library, needs a
+#    GPU, so QLoRA is "not an option" on a laptop processor. That is out of date: bitsandbytes 0.50 (installed
+#    here) runs its 4-bit layers on x86 CPUs too. What is still true: a CPU does a 7B model's arithmetic far too
+#    slowly for a first experiment, and that, not the library, is why QLoRA belongs on a GPU.
+#
+# Real libraries also keep some layers out of 4 bits. bitsandbytes leaves the embedding table in 16 bits, which
+# matters for a small model whose embedding is a fifth of its parameters:
+
+# %%
+embedding = 49_152 * 576  # vocabulary x hidden size
+rest = mem.SMOLLM2_PARAMS - embedding
+print(f"SmolLM2's embedding: {embedding:,} parameters = {100 * embedding / mem.SMOLLM2_PARAMS:.0f}% of the model")
+print(f"all in 4 bits:                         {mem.SMOLLM2_PARAMS * 0.5 / 1e6:.0f} MB")
+print(f"embedding in 16 bits, the rest 4 bits: {(embedding * 2 + rest * 0.5) / 1e6:.0f} MB")
+
+# %% [markdown]
+# How fast is 4 bits on *this* CPU? One frozen layer of SmolLM2's MLP (576 → 1536), forward and backward for
+# 512 tokens, the work every frozen layer does in a LoRA step. Timings depend on the processor: CPUs with
+# bfloat16 matrix units (such as Intel AMX) speed up the bfloat16 and 4-bit paths; on other CPUs these paths
+# can be slower than float32.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: timings differ from machine to machine.
+for layer, ms in mem.time_frozen_layer().items():
+    print(f"{layer:<10} {ms:6.1f} ms per forward + backward")
+
+# %% [markdown]
+# ## The estimator, for every model and method
+#
+# The course's command line puts the rules above into one table: four models, four methods, and whether each
+# fits a 16 GB laptop, a 24 GB GPU or an 80 GB GPU. In a terminal it is `python -m course_utils memory`; here we
+# call the same function.
+
+# %%
+from course_utils.__main__ import main
+
+_ = main(["memory"])
+
+# %% [markdown]
+# "fits" means the estimate uses at most 70 % of the memory; the rest is for activations and the system
+# (more on that below). The table rests on two assumptions:
+#
+# - the sizes other than SmolLM2's are round sizes of common model families;
+# - without an architecture file, LoRA is assumed to train 0.34 % of any model, as it does in SmolLM2.
+#
+# Give the command a `config.json` (or the name of one shipped in `data/configs/`) and it counts instead of
+# assuming. For Qwen2.5-1.5B the same adapter is only 0.07 % of the model: an adapter grows with a layer's
+# width, the layer's weights with the square of it, and Qwen's layers are 2.7 times wider than SmolLM2's. The
+# total barely moves, because the frozen weights dominate:
+
+# %%
+_ = main(["memory", "--config", "qwen2.5-1.5b-instruct", "--method", "lora"])
+
+# %% [markdown]
+# Other options: `--params 3e9` for any size, `--lora-rank 16 --targets q_proj,k_proj,v_proj,o_proj` for
+# another adapter, `--budgets 12,24` for your own memory sizes in GB. Models and libraries change fast: these
+# numbers describe these models and these versions.
+#
+# ### The 7B model, four ways
+
+# %%
+from course_utils.plots.memory import plot_methods_vs_budgets
+
+seven_b = mem.estimate_table([mem.MODELS[2]])
+_ = plot_methods_vs_budgets(seven_b, title="A 7B model, four methods (estimates, activations not included)")
+plt.show()
+
+# %% [markdown]
+# **Text description of the chart.** A column chart with four columns, estimates for a 7B model: full
+# fine-tuning in float32 112.0 GB; LoRA with the base in float32 28.3 GB; LoRA with the base in bfloat16
+# 14.3 GB; QLoRA with the base in 4 bits 3.8 GB. Three horizontal lines mark 70 % of each budget: 11.2 GB for a
+# 16 GB laptop, 16.8 GB for a 24 GB GPU, 56 GB for an 80 GB GPU. Only QLoRA is under the laptop's line; LoRA in
+# bfloat16 is under the 24 GB GPU's line; full fine-tuning is above all three.
+#
+# ## Try it: a budget planner
+#
+# Pick a model (a shipped config gives exact counts; the round sizes use the 0.34 % assumption), a method, a
+# LoRA rank and a memory size. The planner prints the estimate, whether it fits, and draws what takes the
+# memory. (Instructor demo: start from a 7B model in bfloat16 on 16 GB, then move the memory to 24 GB.)
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
+from course_utils.widgets.memory import budget_planner, plan
+
+budget_planner(model="a 7B model", method="lora-bf16", lora_rank=8, budget_gb=16.0)
+
+# %% [markdown]
+# The widget's text for its starting position, and for the 24 GB GPU:
+
+# %%
+print(plan("a 7B model", 7.0, "lora-bf16", 8, 16.0).text)
+print()
+print(plan("a 7B model", 7.0, "lora-bf16", 8, 24.0).text)
+
+# %% [markdown]
+# ## Other methods, other data
+#
+# Two more methods come up in every conversation about adapting a model. Each needs a different kind of data.
+#
+# | Method | What it trains | The data it needs | For the ticket-routing task |
+# | --- | --- | --- | --- |
+# | Distillation | a small "student" model learns to copy the answers of a large "teacher" model | many unlabelled tickets, plus what the teacher charges to answer them all | possible later; the student copies the teacher's mistakes too, and the provider's terms must allow it |
+# | Preference tuning (for example DPO) | the model learns which of two replies people prefer | pairs of replies, one marked as the better | no: it changes how a model writes, and this task has one right answer |
+#
+# ## Discuss: which computer, which method?
+#
+# Kwame has three options for the first experiment: the laptop (16 GB, no GPU), one rented GPU with 24 GB, or
+# one with 80 GB.
+#
+# - Tomás: "The 24 GB GPU, QLoRA on a 7B model. A bigger model knows more, French included."
+# - Kwame: "Renting costs money and needs an account. The laptop costs nothing extra."
+# - Priya: "What must the first run tell us?"
+# - Grace: "Don't forget: 10 of the 102 dev cases are in French."
+#
+# Before you open the answer, decide:
+# 1. Which methods fit each option? Use the table above.
+# 2. Which failure could a larger base model reduce, and which could it not?
+# 3. What evidence would justify paying for the GPU?
+#
+# <details><summary>Show the course's answer</summary>
+#
+# **The laptop, LoRA rank 8, SmolLM2-135M.** The first run must show whether training on our own records teaches
+# the output format and the routing. That question needs a small, cheap run that anyone can repeat, and the
+# laptop has room: the course's run measured a peak of 1.88 GB (the next section measures one on this machine).
+# A larger model may read French better, but no model size can learn routing rules (H2 to H5) or French examples
+# that are not in the training data.
+#
+# **What would change the answer**: the small adapter learns English routing but fails on French, because the
+# base model reads French badly. Then QLoRA on a 7B model on a rented GPU is the next *measured* step, and it
+# should come with French training records.
+# </details>
+#
+# ## Common mistake: the estimate fits, the run does not
+#
+# **Symptom.** Tomás reads the table: "LoRA on a 7B model in bfloat16 needs 14.29 GB. The laptop has 16 GB, so it
+# fits." The estimator says "no", and it is right.
+#
+# **Cause.** The estimate counts the weights, the gradients and AdamW's numbers, nothing else. It leaves out the
+# **activations** (what the forward pass keeps for the backward pass, which grows with the batch and the text
+# length) and the **running program** itself (Python, PyTorch, the libraries). The course's own run shows the
+# gap: for LoRA on SmolLM2 the estimate is 0.54 GB, but the training process peaked at 1,882 MB.
+#
+# Let's reproduce that here: one real LoRA rank-8 training step on the SmolLM2-135M architecture (random
+# weights: memory does not depend on their values), at **batch 8**, with sequences of **64 tokens**. The lesson
+# does not say which length its run used; 64 keeps the step to seconds on a 2-core CPU. First, the parts we can
+# count exactly before running anything:
+
+# %%
+BATCH, SEQ = 8, 64
+weights = mem.SMOLLM2_PARAMS * 4 + mem.SMOLLM2_ADAPTER * 4  # frozen base + the adapter's own numbers
+print(f"batch {BATCH} x {SEQ} tokens = {BATCH * SEQ} tokens per step")
+print(f"weights (base + adapter, float32): {weights / 1e9:.4f} GB")
+print(f"gradients (adapter only):          {mem.SMOLLM2_ADAPTER * 4 / 1e9:.4f} GB")
+print(f"AdamW states (adapter only):       {mem.SMOLLM2_ADAPTER * 8 / 1e9:.4f} GB")
+print(f"the estimator's sum:               {lora.gb:.4f} GB")
+
+# %% [markdown]
+# **Predict before you run**: the estimate is 0.54 GB. What peak do you expect from the real step: about the
+# same, twice as much, or more?
+#
+# `course_utils.measure.measure_training_step` builds the model in a **fresh Python process** (so the peak belongs
+# to this step alone, not to this notebook), runs one warm-up step (AdamW creates its states lazily, on the first
+# step), then measures the peak resident memory of that process during a second, steady-state step. It also
+# counts the bytes of the weights, gradients, optimizer states and the tensors autograd saved for backward. On a
+# GPU it reads CUDA's peak-memory counters instead. On a 2-core CPU this takes half a minute to a minute or two,
+# depending on what else the machine is doing.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: a measured memory peak and a timing; they differ from machine to machine.
+from course_utils.measure import measure_training_step
+
+step = measure_training_step("smollm2-135m", method="lora", batch=BATCH, seq=SEQ, lora_rank=8,
+                             targets=("q_proj", "v_proj"), timeout_s=280)
+print(f"measured peak: {step.peak_bytes / 1e9:.2f} GB ({step.peak_bytes / 1e6:,.0f} MB); "
+      f"one step took {step.step_seconds:.1f} s on {step.device}")
+print(f"what was measured: {step.what}")
+
+# %% [markdown]
+# Where did the memory go? The measured peak, split into the parts counted from the tensors; "other" is what the
+# counted parts do not explain.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: the parts of a measured peak differ from machine to machine.
+parts = mem.account_for_peak(step, lora)
+for name, gb in parts:
+    print(f"{name:<56} {gb:6.3f} GB")
+print(f"{'measured peak':<56} {step.peak_bytes / 1e9:6.3f} GB = {step.peak_bytes / lora.total_bytes:.1f} x the estimate")
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: the chart shows this machine's measured peak.
+from course_utils.plots.memory import plot_estimate_vs_measured
+
+_ = plot_estimate_vs_measured(lora.gb, parts, label="here")
+plt.show()
+
+# %% [markdown]
+# **Text description of the chart.** Four columns. The first two are the course's numbers for LoRA on
+# SmolLM2-135M in float32 at batch 8: the estimate, 0.54 GB, and the measured peak of the training process,
+# 1.88 GB, about three and a half times the estimate. The last two are this machine's: the same 0.54 GB
+# estimate, and the measured peak (printed above), stacked from the bottom as the framework's baseline, the
+# weights, the gradients, the AdamW states (both too thin to see), the activations saved for backward, and
+# the rest.
+#
+# **Reading the numbers** (from our runs on the course's 2-core CPU; yours are printed above):
+#
+# - **Weights, gradients, AdamW states** are exactly what the estimate counts (plus the adapter's own 1.8 MB):
+#   about 0.54 GB. The estimator was right about them.
+# - **The framework's baseline**, about 0.45 GB: Python, PyTorch, transformers and peft loaded in the process
+#   before the model exists. No estimate of the model can see it, and it does not shrink with the model.
+# - **Activations saved for backward**, about 0.6 GB at 8 × 64 tokens: every layer keeps its inputs and
+#   intermediate results so the backward pass can compute gradients. They grow in proportion to batch × length:
+#   at 8 × 128 tokens we measured 1.17 GB of them and a peak of 2.63 GB.
+# - **Other**, about a quarter of a GB: short-lived tensors of the backward pass (the logits over a 49,152-word
+#   vocabulary and their gradient alone are 0.1 GB each at 512 tokens) and memory the allocator has not returned.
+#
+# Our peak at 64 tokens (about 1.84 GB) happens to land near the course's 1.88 GB; what matters is the pattern:
+# the estimate is the *smallest* amount a run can need, and here the real run needed more than three times it.
+#
+# **Fix.** Treat the estimate as a floor and keep 30 % of the memory free, as "fits" does. Then measure a short
+# run before a long one; [notebook 05](05_memory_tricks.ipynb) adds activations to the estimate and measures
+# the tricks that shrink them.
+#
+# ## Guided practice: three budgets
+#
+# The team's worked example takes the three budgets of the table. For each: what fits, the choice, the reason.
+
+# %%
+for budget in mem.BUDGETS:
+    fitting = mem.what_fits(budget.gb)
+    print(f"{budget.label} (usable {budget.usable_gb:g} GB): {len(fitting)} of 16 fit")
+    for model in [m.name for m in mem.MODELS]:
+        methods = [e.label for e in fitting if e.model == model]
+        if methods:
+            print(f"    {model:<13} {'; '.join(methods)}")
+
+# %% [markdown]
+# - **Laptop, 16 GB, no GPU** — fits: everything for SmolLM2 and the 1.7B model except the 1.7B's full
+#   fine-tuning, and 7B QLoRA. **Choice: LoRA rank 8 on SmolLM2-135M.** Task: 900 training records are too few
+#   to retrain every weight, and the first run must be cheap to repeat. Memory: 0.54 GB estimated, about 1.9 GB
+#   measured, far below 11.2 GB.
+# - **GPU, 24 GB** — adds LoRA in bfloat16 on a 7B model (14.29 GB). **Choice: only after SmolLM2's evaluation
+#   shows a failure a larger model could fix** (French reading, say); then QLoRA or LoRA-bf16 on 7B. Memory:
+#   3.79 GB or 14.29 GB against 16.8 GB usable, and activations still to add.
+# - **GPU, 80 GB** — adds full fine-tuning of the 1.7B model, 7B LoRA in float32 and 70B QLoRA (37.88 GB). **Choice: the same 7B experiment with room
+#   for longer texts and larger batches.** Task: nothing in 900 records needs a 70B model; the data, not the
+#   hardware, limits what the run can learn.
+#
+# ## Your turn: three other budgets
+#
+# Choose a method for each budget, and give one reason from the task and one from the memory:
+#
+# 1. an office laptop with 8 GB and no GPU;
+# 2. one GPU with 48 GB;
+# 3. a server with 64 GB of memory and no GPU.
+#
+# The estimator takes your budgets directly:
+
+# %%
+_ = main(["memory", "--budgets", "8,48,64"])
+
+# %% [markdown]
+# <details><summary>Show a worked solution</summary>
+#
+# Usable memory is 70 %: 5.6 GB, 33.6 GB and 44.8 GB.
+#
+# 1. **8 GB laptop**: LoRA on SmolLM2 (estimate 0.54 GB; about 1.9 GB measured). Full fine-tuning (2.15 GB) fits
+#    too, but 900 records argue for an adapter. LoRA on a 1.7B model in float32 (6.87 GB) does not fit. On paper
+#    a 1.7B model in bfloat16 (3.47 GB) and even 7B QLoRA (3.79 GB) fit, but without a GPU a model that size
+#    trains far too slowly for a first experiment (bitsandbytes runs 4 bits on this CPU; speed is the problem).
+# 2. **48 GB GPU**: LoRA or QLoRA on a 7B model fits (28.29, 14.29 and 3.79 GB). Use it only after the small
+#    model's evaluation shows a failure a larger model could fix. 70B QLoRA (37.88 GB) does not fit.
+# 3. **64 GB server, no GPU**: 7B LoRA in float32 (28.29 GB) fits in memory, and so does 70B QLoRA (37.88 GB),
+#    on paper. But a 7B model has about 52 times SmolLM2's weights to compute with at every step
+#    (7,000,000,000 ÷ 134,515,008 ≈ 52, an estimate of the slowdown). On a processor that is too slow for a first
+#    experiment. Choose LoRA on SmolLM2, as the course does.
+# </details>
+#
+# ## Completion check: justify a method
+#
+# Harbour Bikes, a made-up company, wants to sort repair requests into three teams, answering as strict JSON. It
+# has 400 labelled requests, all in English, and one laptop with 16 GB and no GPU. The requests must not leave its
+# computers. Write five to eight sentences: the method, the model size, the memory estimate, and one result that
+# would change your choice.
+#
+# <details><summary>Show a worked solution and what reviewers check</summary>
+#
+# "The requests must stay on our computers, so a hosted model is out. First we compare a prompt on a small local
+# model with a word-count classifier. If we adapt a model, we use LoRA rank 8 on a small model such as
+# SmolLM2-135M: the estimate is 0.54 GB, far below 70 % of 16 GB (11.2 GB), and the course's measured run needed
+# 1.88 GB. With 400 examples, full fine-tuning has too many weights for too few examples. QLoRA would run on the
+# laptop's processor with a recent bitsandbytes, but its point is a large model, which this processor trains too
+# slowly. If both losses stay high, we try a higher rank, then a larger model with LoRA in bfloat16 (1.7B:
+# 3.47 GB)."
+#
+# Reviewers mark it **demonstrated** when it does all four: it names the method and the model; it uses an
+# estimate with headroom; it gives a reason from the data; it names evidence that would change the choice. It is
+# **partially demonstrated** when one of these is missing.
+# </details>
+#
+# ## Knowledge check
+#
+# **1.** Why does full fine-tuning in float32 need about 16 bytes per parameter, and why does LoRA need much less?
+#
+# <details><summary>Show the answer</summary>
+#
+# Full fine-tuning trains every weight, and each needs 4 bytes for the weight, 4 for its gradient and 8 for
+# AdamW's two running averages: 16 bytes. LoRA freezes the model: the frozen weights still take their 4 bytes each,
+# but gradients and AdamW's numbers exist only for the adapter's few numbers. For SmolLM2 that is 0.54 GB
+# instead of 2.15 GB.
+# </details>
+#
+# **2.** What does quantization save, and what can it change? Why does the course not use QLoRA on its laptop?
+#
+# <details><summary>Show the answer</summary>
+#
+# Quantization stores weights with fewer bits by rounding them, so the frozen model takes less memory: 4 bits are
+# an eighth of float32. The rounding moves every weight a little, so the model's answers can change and quality
+# must be measured again. QLoRA keeps the frozen model in 4 bits and trains a LoRA adapter on top. The course's
+# model is small enough that float32 LoRA fits easily, and QLoRA's reason to exist, a large model, is too slow to
+# train on a laptop processor. (Older bitsandbytes versions needed a GPU; version 0.50 also runs on x86 CPUs.)
+# </details>
+#
+# **3.** The estimate for a run is 9 GB and your computer has 12 GB. Do you start the long run? What evidence
+# would change your mind?
+#
+# <details><summary>Show the answer</summary>
+#
+# Not yet. 9 GB is more than 70 % of 12 GB (8.4 GB), and the estimate leaves out activations and the program
+# itself: the course's LoRA run needed 1.88 GB against an estimate of 0.54 GB. Run a few steps and measure the peak.
+# If it stays well below 12 GB, start the long run; if not, use a smaller batch, shorter texts, a smaller model or
+# more memory.
+# </details>
+#
+# ## Recap
+#
+# - Training memory starts at 16 bytes per trained parameter in float32: SmolLM2 2.15 GB, a 7B model 112 GB.
+#   LoRA trains few numbers, so the frozen weights dominate: 0.54 GB for SmolLM2.
+# - Quantization rounds weights to fewer bits. QLoRA freezes the model in 4 bits under a LoRA adapter: 3.79 GB for
+#   a 7B model, to be paired with a quality check and, for a model that size, a GPU.
+# - An estimate is the smallest amount a run can need: activations and the framework come on top (0.54 GB
+#   estimated, about 1.9 GB measured, in the course's run and on this machine). Keep 30 % free and measure.
+# - Distillation needs a teacher and many tickets; preference tuning needs pairs of replies. Neither fits this task
+#   now.
+# - The course's choice: LoRA rank 8 on SmolLM2-135M, on the laptop, because the data, not the hardware, limits
+#   what the first run can learn.

@@ -1,0 +1,163 @@
+"""course_utils.measure: peak memory of a piece of work, and a measured training step on a tiny config."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from course_utils import measure
+from course_utils.measure import StepMeasurement, measure_peak, measure_training_step, track_peak
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: A tiny config of SmolLM2's family (Llama: SwiGLU, RMSNorm, grouped-query attention, tied embeddings).
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": True,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+        "_source": "a tiny test config", "torch_dtype": "bfloat16"}
+#: q, o: 64x64; k, v: 64x32 (2 of 4 heads); MLP 3 x 64x128; two norms per layer; final norm; tied embedding
+TINY_PARAMS = 512 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64
+
+
+@pytest.fixture(scope="module")
+def full_step() -> StepMeasurement:
+    return measure_training_step(TINY, method="full", batch=2, seq=16, timeout_s=120)
+
+
+def test_full_step_counts_exactly(full_step: StepMeasurement) -> None:
+    m = full_step
+    assert m.total_params == TINY_PARAMS
+    assert m.trained_params == TINY_PARAMS
+    buffers = 2 * 8 * 4  # rotary inv_freq and its original copy: head_dim/2 = 8 float32 numbers each
+    assert m.weights_bytes == 4 * TINY_PARAMS + buffers
+    assert m.grads_bytes == 4 * TINY_PARAMS
+    n_tensors = 1 + 2 * 9 + 1  # embedding, 9 per layer (7 matrices, 2 norms), the final norm
+    assert m.optimizer_bytes == 8 * TINY_PARAMS + 4 * n_tensors  # two float32 states + a float32 step count each
+    assert m.saved_activations_bytes > 0
+    assert m.peak_bytes > m.baseline_bytes > 0
+    assert m.step_seconds > 0 and m.first_step_seconds > 0
+    assert m.device == "cpu" and "fresh child process" in m.what
+    assert m.config_name == "llama" and m.method == "full" and m.batch == 2 and m.seq == 16
+
+
+def test_lora_step_trains_only_adapters() -> None:
+    m = measure_training_step(TINY, method="lora", batch=1, seq=8, lora_rank=4, optimizer="adamw8bit",
+                              timeout_s=120)
+    # per layer: A (rank x 64) and B (out x rank) for q (64 -> 64) and v (64 -> 32)
+    assert m.trained_params == 2 * ((64 * 4 + 4 * 64) + (64 * 4 + 4 * 32))
+    assert m.grads_bytes == 4 * m.trained_params
+    # 8-bit AdamW keeps float32 states for tensors under 4096 numbers: these adapters are all that small
+    assert m.optimizer_bytes >= 8 * m.trained_params
+
+
+def test_measurement_round_trips_through_a_dict() -> None:
+    m = StepMeasurement(1, 2, 3, 4, 5, 6, 0.5, "cpu", "a test", targets=("q_proj",))
+    again = StepMeasurement.from_dict(m.to_dict())
+    assert again == m and again.peak_gb == 1e-9 and again.above_baseline_bytes == 0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"method": "half"}, "method"), ({"batch": 0}, "batch"), ({"seq": -1}, "seq"),
+    ({"lora_rank": 0}, "lora_rank"), ({"optimizer": "sgd"}, "optimizer"), ({"autocast": "int8"}, "autocast"),
+    ({"steps": 0}, "steps"), ({"targets": []}, "targets"), ({"timeout_s": 0}, "timeout_s"),
+    ({"seq": 10_000}, "seq"), ({"autocast": "fp16"}, "autocast"), ({"accumulation": 0}, "accumulation"),
+])
+def test_bad_input_names_the_argument(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        measure_training_step(TINY, **kwargs)
+
+
+def test_bad_config() -> None:
+    with pytest.raises(ValueError, match="config"):
+        measure_training_step("no-such-preset")
+    with pytest.raises(ValueError, match="config"):
+        measure_training_step({"hidden_size": 3})
+    with pytest.raises(TypeError, match="config"):
+        measure_training_step(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="batch"):
+        measure_training_step(TINY, batch=2.5)  # type: ignore[arg-type]
+
+
+def test_preset_config_loads_without_its_source_key() -> None:
+    cfg, name = measure.load_config("smollm2-135m")
+    assert name == "smollm2-135m" and "_source" not in cfg and "torch_dtype" not in cfg
+    assert cfg["hidden_size"] == 576 and cfg["num_hidden_layers"] == 30
+
+
+def test_timeout_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    def too_slow(cmd, env, timeout_s):
+        raise subprocess.TimeoutExpired(cmd="x", timeout=timeout_s)
+
+    monkeypatch.setattr(measure, "_run_bounded", too_slow)
+    with pytest.raises(TimeoutError, match="timeout_s=5"):
+        measure_training_step(TINY, timeout_s=5)
+
+
+def test_child_failure_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    monkeypatch.setattr(measure, "_run_bounded",
+                        lambda cmd, env, t: subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom\n"))
+    with pytest.raises(RuntimeError, match="boom"):
+        measure_training_step(TINY, timeout_s=5)
+
+
+def test_track_peak_on_cpu_sees_a_big_allocation() -> None:
+    def work() -> int:
+        big = torch.ones(20_000_000)  # 80 MB
+        return int(big.numel())
+
+    result, peak = measure_peak(work, device="cpu")
+    assert result == 20_000_000
+    assert peak.added_bytes > 60_000_000, peak
+    assert peak.what.startswith("CPU") and peak.device == "cpu" and peak.reserved_bytes is None
+
+
+def test_track_peak_uses_cuda_counters_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 100)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 5_000)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 8_000)
+    with track_peak("cuda") as peak:
+        calls.append("work")
+    assert calls == ["sync", "reset", "work", "sync"]
+    assert (peak.bytes, peak.start_bytes, peak.reserved_bytes) == (5_000, 100, 8_000)
+    assert peak.what.startswith("CUDA") and peak.device == "cuda"
+
+
+def test_cuda_runs_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(measure, "run_step", lambda spec: seen.setdefault("spec", spec) and {
+        "peak_bytes": 1, "baseline_bytes": 0, "weights_bytes": 0, "grads_bytes": 0, "optimizer_bytes": 0,
+        "saved_activations_bytes": 0, "step_seconds": 0.1, "device": "cuda", "what": "CUDA"})
+    m = measure_training_step(TINY, device="cuda", autocast="fp16")
+    assert m.device == "cuda" and seen["spec"]["autocast"] == "float16" and seen["spec"]["device"] == "cuda"
+
+
+def test_track_peak_rejects_a_bad_device() -> None:
+    with pytest.raises(ValueError, match="device"):
+        with track_peak("tpu9"):
+            pass
+    with pytest.raises(TypeError, match="fn"):
+        measure_peak(42)  # type: ignore[arg-type]
+
+
+def test_run_bounded_kills_the_whole_group() -> None:
+    import subprocess
+    import sys
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        measure._run_bounded([sys.executable, "-c", "import subprocess, time; "
+                              "subprocess.Popen(['sleep', '30']); time.sleep(30)"], dict(os.environ), 1.0)
+    assert time.perf_counter() - start < 10
+    done = measure._run_bounded([sys.executable, "-c", "print('hi')"], dict(os.environ), 30.0)
+    assert done.returncode == 0 and done.stdout.strip() == "hi"

@@ -1,0 +1,360 @@
+"""course_utils.memory: the lesson's estimator, its table, exact counts from configs, and bad input."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from course_utils import memory as mem
+
+# The lesson's table, value by value: (model, method) -> GB to the hundredth, fits on 16 / 24 / 80 GB.
+SEED_ROWS = [
+    ("SmolLM2-135M", "full", "2.15", (True, True, True)),
+    ("SmolLM2-135M", "lora", "0.54", (True, True, True)),
+    ("SmolLM2-135M", "lora-bf16", "0.27", (True, True, True)),
+    ("SmolLM2-135M", "qlora", "0.07", (True, True, True)),
+    ("a 1.7B model", "full", "27.20", (False, False, True)),
+    ("a 1.7B model", "lora", "6.87", (True, True, True)),
+    ("a 1.7B model", "lora-bf16", "3.47", (True, True, True)),
+    ("a 1.7B model", "qlora", "0.92", (True, True, True)),
+    ("a 7B model", "full", "112.00", (False, False, False)),
+    ("a 7B model", "lora", "28.29", (False, False, True)),
+    ("a 7B model", "lora-bf16", "14.29", (False, True, True)),
+    ("a 7B model", "qlora", "3.79", (True, True, True)),
+    ("a 70B model", "full", "1120.00", (False, False, False)),
+    ("a 70B model", "lora", "282.88", (False, False, False)),
+    ("a 70B model", "lora-bf16", "142.88", (False, False, False)),
+    ("a 70B model", "qlora", "37.88", (False, False, True)),
+]
+
+SEED_TABLE_TOP = """\
+ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them).
+model          method                             GB  laptop 16 GB     GPU 24 GB     GPU 80 GB
+SmolLM2-135M   full fine-tuning (float32)       2.15          fits          fits          fits
+SmolLM2-135M   LoRA, base in float32            0.54          fits          fits          fits
+SmolLM2-135M   LoRA, base in bfloat16           0.27          fits          fits          fits
+SmolLM2-135M   QLoRA, base in 4 bits            0.07          fits          fits          fits
+a 1.7B model   full fine-tuning (float32)      27.20            no            no          fits
+a 1.7B model   LoRA, base in float32            6.87          fits          fits          fits
+a 1.7B model   LoRA, base in bfloat16           3.47          fits          fits          fits
+a 1.7B model   QLoRA, base in 4 bits            0.92          fits          fits          fits
+a 7B model     full fine-tuning (float32)     112.00            no            no            no
+a 7B model     LoRA, base in float32           28.29            no            no          fits
+a 7B model     LoRA, base in bfloat16          14.29            no          fits          fits
+a 7B model     QLoRA, base in 4 bits            3.79          fits          fits          fits
+a 70B model    full fine-tuning (float32)    1120.00            no            no            no
+a 70B model    LoRA, base in float32          282.88            no            no            no
+a 70B model    LoRA, base in bfloat16         142.88            no            no            no
+a 70B model    QLoRA, base in 4 bits           37.88            no            no          fits
+fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."""
+
+
+@pytest.mark.parametrize("model,method,gb,fit", SEED_ROWS, ids=[f"{r[0]}-{r[1]}" for r in SEED_ROWS])
+def test_every_value_of_the_seed_table(model: str, method: str, gb: str, fit: tuple[bool, ...]) -> None:
+    size = next(m for m in mem.MODELS if m.name == model)
+    est = mem.estimate_model(size, method)
+    assert f"{est.gb:.2f}" == gb
+    assert tuple(est.fits(b.gb) for b in mem.BUDGETS) == fit
+
+
+def test_seed_table_text_is_the_lessons_table() -> None:
+    text = mem.seed_table()
+    assert text.startswith(SEED_TABLE_TOP + "\n")
+    # The seed's last footnote said QLoRA is not an option on a CPU; bitsandbytes 0.50 runs 4 bits on x86 CPUs.
+    assert text.splitlines()[-1] == mem.FOOTNOTE_QLORA
+    assert "x86 CPUs" in mem.FOOTNOTE_QLORA and "not an option" not in mem.FOOTNOTE_QLORA
+    assert len(text.splitlines()) == 20
+
+
+def test_full_fine_tuning_is_16_bytes_per_parameter() -> None:
+    est = mem.estimate(1_000_000, "full")
+    assert est.total_bytes == 16_000_000
+    assert (est.weights_bytes, est.gradient_bytes, est.optimizer_bytes) == (4e6, 4e6, 8e6)
+    assert mem.estimate(mem.SMOLLM2_PARAMS, "full").total_bytes == 134_515_008 * 16
+    assert round(mem.estimate(7e9, "full").gb, 2) == 112.0
+
+
+@pytest.mark.parametrize("method,base", [("lora", 4.0), ("lora-bf16", 2.0), ("qlora", 0.5)])
+def test_lora_is_frozen_base_plus_12_bytes_per_adapter_number(method: str, base: float) -> None:
+    est = mem.estimate(mem.SMOLLM2_PARAMS, method, adapter=mem.SMOLLM2_ADAPTER)
+    assert est.weights_bytes == base * mem.SMOLLM2_PARAMS
+    assert est.gradient_bytes + est.optimizer_bytes == 12 * mem.SMOLLM2_ADAPTER
+    assert not est.adapter_assumed
+
+
+def test_adapter_share_is_the_lessons_assumption() -> None:
+    assert mem.ADAPTER_SHARE == 460_800 / 134_515_008
+    assert round(100 * mem.ADAPTER_SHARE, 2) == 0.34
+    assert mem.assumed_adapter_params(mem.SMOLLM2_PARAMS) == pytest.approx(460_800)
+    assert mem.assumed_adapter_params(mem.SMOLLM2_PARAMS, 16) == pytest.approx(921_600)  # linear in the rank
+    assert mem.estimate(7e9, "lora").adapter_assumed
+
+
+def test_smollm2_lora_and_the_7b_frozen_weights() -> None:
+    assert round(mem.estimate(mem.SMOLLM2_PARAMS, "lora").gb, 2) == 0.54
+    assert mem.estimate(7e9, "lora").weights_bytes / mem.GB == 28.0
+    assert round(mem.estimate(7e9, "qlora").gb, 2) == 3.79
+
+
+def test_usable_and_fits_at_70_percent() -> None:
+    assert [mem.usable_gb(b.gb) for b in mem.BUDGETS] == [11.2, 16.8, 56.0]
+    assert mem.fits(11.2, 16) and not mem.fits(11.21, 16)
+    assert mem.fits(0, 16)
+
+
+def test_what_fits() -> None:
+    names = {(e.model, e.method) for e in mem.what_fits(16)}
+    assert ("a 7B model", "qlora") in names and ("a 7B model", "lora-bf16") not in names
+    assert len(mem.what_fits(80)) == 12
+
+
+def test_parts_add_up() -> None:
+    est = mem.estimate(7e9, "qlora")
+    assert sum(est.parts_gb().values()) == pytest.approx(est.gb)
+    assert list(est.parts_gb()) == ["weights", "gradients", "AdamW states"]
+
+
+# --------------------------------------------------------------------------------------------
+# Exact counts from configs
+# --------------------------------------------------------------------------------------------
+def test_smollm2_counts_by_arithmetic() -> None:
+    assert mem.count_parameters("smollm2-135m") == 134_515_008
+    assert mem.lora_adapter_params("smollm2-135m", 8, ("q_proj", "v_proj")) == 460_800
+    model = mem.model_from_config("smollm2-135m")
+    assert (model.name, model.params, model.adapter) == ("smollm2-135m", 134_515_008, 460_800)
+
+
+def test_preset_resolution_and_the_source_key(tmp_path) -> None:
+    presets = mem.config_presets()
+    assert {"smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507"} <= set(presets)
+    assert mem.resolve_config("SmolLM2-135M.json") == presets["smollm2-135m"]
+    assert "_source" in json.loads(presets["smollm2-135m"].read_text())
+    assert "_source" not in mem.load_config("smollm2-135m")
+    own = tmp_path / "config.json"
+    own.write_text(presets["smollm2-135m"].read_text())
+    assert mem.resolve_config(own) == own and mem.count_parameters(own) == 134_515_008
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507"])
+@pytest.mark.parametrize("rank,targets", [(8, ("q_proj", "v_proj")), (4, ("all-linear",))])
+def test_arithmetic_matches_transformers_and_peft_on_the_meta_device(preset: str, rank: int, targets) -> None:
+    total, trained = mem.count_on_meta(preset, rank, targets)
+    assert mem.count_parameters(preset) == total
+    assert mem.lora_adapter_params(preset, rank, targets) == trained
+
+
+def test_meta_count_of_smollm2_is_the_lessons_number() -> None:
+    assert mem.count_on_meta("smollm2-135m", 8) == (134_515_008, 460_800)
+    assert mem.count_on_meta("smollm2-135m") == (134_515_008, None)
+
+
+def test_untied_head_and_other_architectures_fall_back_to_meta() -> None:
+    cfg = mem.load_config("smollm2-135m")
+    untied = dict(cfg, tie_word_embeddings=False)
+    assert mem.count_parameters(untied) == 134_515_008 + 49152 * 576
+    other = dict(cfg, model_type="gemma", head_dim=64)
+    assert mem.count_parameters(other) == mem.count_on_meta(other)[0]
+
+
+def test_targets_normalisation() -> None:
+    assert mem.normalize_targets("q_proj, v_proj,q_proj") == ("q_proj", "v_proj")
+    assert mem.normalize_targets(["all-linear"]) == mem.KNOWN_TARGETS
+
+
+# --------------------------------------------------------------------------------------------
+# Measured peak accounting
+# --------------------------------------------------------------------------------------------
+def _fake_measurement(**over):
+    base = dict(peak_bytes=1.9e9, baseline_bytes=0.45e9, weights_bytes=0.54e9, grads_bytes=1.8e6,
+                optimizer_bytes=3.7e6, saved_activations_bytes=0.6e9)
+    base.update(over)
+    return SimpleNamespace(**base)
+
+
+def test_account_for_peak_adds_up_to_the_peak() -> None:
+    parts = mem.account_for_peak(_fake_measurement(), mem.estimate(mem.SMOLLM2_PARAMS, "lora"))
+    assert sum(v for _, v in parts) == pytest.approx(1.9)
+    assert parts[-1][0].startswith("other") and parts[-1][1] == pytest.approx(1.9 - 0.45 - 0.54 - 0.0055 - 0.6)
+
+
+@pytest.mark.parametrize("field,value", [("peak_bytes", -1), ("grads_bytes", float("nan")), ("weights_bytes", None)])
+def test_account_for_peak_rejects_bad_measurements(field: str, value) -> None:
+    with pytest.raises(ValueError, match=f"measured.{field}"):
+        mem.account_for_peak(_fake_measurement(**{field: value}), mem.estimate(1e6, "lora"))
+
+
+def test_account_for_peak_needs_an_estimate() -> None:
+    with pytest.raises(TypeError, match="estimate_"):
+        mem.account_for_peak(_fake_measurement(), 0.54)
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params", [0, -1, float("nan"), float("inf")])
+def test_estimate_rejects_bad_sizes(params) -> None:
+    with pytest.raises(ValueError, match="params"):
+        mem.estimate(params, "full")
+
+
+def test_estimate_rejects_bad_types_and_methods() -> None:
+    with pytest.raises(TypeError, match="params"):
+        mem.estimate("7e9", "full")
+    with pytest.raises(ValueError, match="method must be one of"):
+        mem.estimate(7e9, "dpo")
+    with pytest.raises(ValueError, match="adapter"):
+        mem.estimate(7e9, "lora", adapter=0)
+    with pytest.raises(ValueError, match="lora_rank"):
+        mem.estimate(7e9, "lora", lora_rank=0)
+    with pytest.raises(TypeError, match="lora_rank"):
+        mem.estimate(7e9, "lora", lora_rank=8.0)
+
+
+@pytest.mark.parametrize("budget", [0, -16, float("nan")])
+def test_budget_must_be_positive(budget) -> None:
+    with pytest.raises(ValueError, match="budget_gb"):
+        mem.fits(1.0, budget)
+    with pytest.raises(ValueError, match="budget"):
+        mem.budgets_from_gb([budget])
+
+
+def test_bad_configs(tmp_path) -> None:
+    with pytest.raises(ValueError, match="neither a readable file nor a preset"):
+        mem.load_config(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable JSON file"):
+        mem.load_config(broken)
+    with pytest.raises(ValueError, match="hidden_size"):
+        mem.load_config({"model_type": "llama"})
+    with pytest.raises(ValueError, match="JSON object"):
+        arr = tmp_path / "list.json"
+        arr.write_text("[1, 2]")
+        mem.load_config(arr)
+    with pytest.raises(TypeError, match="config"):
+        mem.resolve_config(3)
+
+
+def test_bad_targets() -> None:
+    with pytest.raises(ValueError, match="unknown module name"):
+        mem.normalize_targets("q_proj,lm_head")
+    with pytest.raises(ValueError, match="at least one"):
+        mem.normalize_targets(" , ")
+
+
+@pytest.mark.parametrize("text,value", [("134515008", 134_515_008), ("7e9", 7_000_000_000), ("1.7B", 1_700_000_000),
+                                        ("135M", 135_000_000), ("7_000_000_000", 7_000_000_000), ("70b", 70 * 10**9)])
+def test_parse_count(text: str, value: int) -> None:
+    assert mem.parse_count(text) == value
+
+
+@pytest.mark.parametrize("text", ["-5", "0", "seven", "1.5.2", ""])
+def test_parse_count_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        mem.parse_count(text)
+
+
+# --------------------------------------------------------------------------------------------
+# Charts and the budget planner (its callback is a plain function)
+# --------------------------------------------------------------------------------------------
+def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils.plots.memory import plot_methods_vs_budgets
+
+    rows = mem.estimate_table([mem.MODELS[2]])
+    fig = plot_methods_vs_budgets(rows)
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() == "memory (GB)"
+    assert [round(p.get_height(), 2) for p in ax.patches] == [112.0, 28.29, 14.29, 3.79]
+    assert sorted(round(line.get_ydata()[0], 1) for line in ax.get_lines()) == [11.2, 16.8, 56.0]
+    plt.close(fig)
+    with pytest.raises(TypeError, match="estimates"):
+        plot_methods_vs_budgets([])
+
+
+def test_estimate_vs_measured_chart() -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils.plots.memory import measured_description, plot_estimate_vs_measured
+
+    parts = mem.account_for_peak(_fake_measurement(), mem.estimate(mem.SMOLLM2_PARAMS, "lora"))
+    fig = plot_estimate_vs_measured(0.5436, parts)
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_ylabel()
+    assert [t.get_text() for t in ax.texts] == ["0.54 GB", "1.88 GB", "0.54 GB", "1.90 GB"]
+    plt.close(fig)
+    assert "3.5 times" in measured_description(0.5436, 1.9, 128)
+    with pytest.raises(ValueError, match="estimate_gb"):
+        plot_estimate_vs_measured(-1, parts)
+    with pytest.raises(ValueError, match="parts_gb"):
+        plot_estimate_vs_measured(0.5, [])
+
+
+def test_planner_answers_and_draws() -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils.widgets import memory as wm
+
+    p = wm.plan("a 7B model", 1.0, "lora-bf16", 8, 16)
+    assert not p.fits and "14.29 GB" in p.text and "does NOT fit" in p.text and "11.2 GB" in p.text
+    assert wm.plan("a 7B model", 1.0, "lora-bf16", 8, 24).fits
+    smol = wm.plan("SmolLM2-135M (config)", 1.0, "lora", 8, 16)
+    assert smol.fits and "460,800 numbers (counted from the config)" in smol.text and "0.54 GB" in smol.text
+    custom = wm.plan(wm.CUSTOM, 3.2, "full", 8, 80)
+    assert custom.estimate.gb == pytest.approx(51.2) and custom.fits and "a 3.2B model" in custom.text
+    assert wm.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
+        2 * mem.assumed_adapter_params(7e9))
+    fig = wm.planner_view("a 70B model", 1.0, "qlora", 8, 80)
+    heights = [round(p.get_height(), 2) for p in fig.axes[0].patches]
+    assert sum(heights) == pytest.approx(37.88, abs=0.02)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"model": "GPT-9"}, ValueError, "model must be one of"),
+    ({"method": "dpo"}, ValueError, "method"),
+    ({"lora_rank": 0}, ValueError, "lora_rank"),
+    ({"lora_rank": 2.0}, TypeError, "lora_rank"),
+    ({"budget_gb": 0}, ValueError, "budget_gb"),
+    ({"budget_gb": float("nan")}, ValueError, "budget_gb"),
+    ({"model": "custom size (billions of parameters)", "billions": -1.0}, ValueError, "billions"),
+    ({"billions": "7"}, TypeError, "billions"),
+])
+def test_planner_rejects_bad_input(kwargs, error, match) -> None:
+    from course_utils.widgets import memory as wm
+
+    args = {"model": "a 7B model", "billions": 7.0, "method": "lora", "lora_rank": 8, "budget_gb": 16.0} | kwargs
+    with pytest.raises(error, match=match):
+        wm.plan(**args)
+
+
+def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
+    pytest.importorskip("ipywidgets")
+    import matplotlib.pyplot as plt
+
+    from course_utils.widgets.memory import budget_planner
+
+    box = budget_planner()
+    assert len(box.children) == 3
+    assert "Budget 16 GB" in capsys.readouterr().out  # outside a notebook the Output widget passes text through
+    budget = box.children[1].children[2]
+    assert budget.description == "memory (GB)"
+    budget.value = 24.0
+    assert "Budget 24 GB, usable 70% = 16.8 GB: FITS" in capsys.readouterr().out
+    plt.close("all")
+
+
+def test_time_frozen_layer_small() -> None:
+    times = mem.time_frozen_layer(32, 48, 16, min_run_time=0.01)
+    assert {"float32", "bfloat16"} <= set(times) and all(t > 0 for t in times.values())
+
+
+@pytest.mark.parametrize("kwargs,error,match", [({"tokens": 0}, ValueError, "tokens"),
+                                                ({"in_features": 10**6}, ValueError, "in_features"),
+                                                ({"out_features": 2.5}, TypeError, "out_features"),
+                                                ({"min_run_time": 60}, ValueError, "min_run_time")])
+def test_time_frozen_layer_rejects_bad_sizes(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        mem.time_frozen_layer(**kwargs)

@@ -1,0 +1,196 @@
+"""course_utils.step_memory: the whole-step estimate, checked against what autograd and the process really hold."""
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from course_utils import data_path, measure, step_memory as sm
+from course_utils.step_memory import Architecture, estimate_step, saved_activations
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: SmolLM2's family, small: Llama with SwiGLU, RMSNorm, grouped-query attention, tied embeddings.
+SMALL = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 16384, "tie_word_embeddings": True,
+         "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu"}
+TINY = {**SMALL, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "vocab_size": 1000}
+
+
+# ---------------------------------------------------------------- architecture and counts
+@pytest.mark.parametrize("preset, params", [("smollm2-135m", 134_515_008)])
+def test_parameter_count_from_config(preset: str, params: int) -> None:
+    assert Architecture.from_config(preset).params == params
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507"])
+def test_parameter_count_matches_transformers_on_meta(preset: str) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg, _ = measure.load_config(preset)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
+    assert Architecture.from_config(preset).params == sum(p.numel() for p in model.parameters())
+
+
+def test_smollm2_lora_adapter_and_state_bytes() -> None:
+    est = estimate_step("smollm2-135m", method="lora", batch=1, seq=128)
+    assert est.trained_params == 460_800
+    assert est.grads_bytes == 4 * 460_800
+    assert est.optimizer_bytes == 8 * 460_800 + 4 * 120  # 120 adapter tensors, each with a float32 step
+    full = estimate_step("smollm2-135m", method="full", batch=1, seq=128)
+    assert full.weights_bytes == 4 * 134_515_008 + 2 * 32 * 4  # + two rotary buffers of head_dim/2 floats
+    eight = estimate_step("smollm2-135m", method="full", batch=1, seq=128, optimizer="adamw8bit")
+    assert 2.0 < eight.optimizer_bytes / full.trained_params < 2.1  # 8 -> 2 bytes (+ block scales)
+
+
+def test_activation_formula_for_smollm2_lora_batch8() -> None:
+    """Worked by hand in the notebook: per token and layer 5h + 2h_kv + 3i + 2r + heads + 2 float32 numbers."""
+    arch = Architecture.from_config("smollm2-135m")
+    acts = saved_activations(arch, 8, 128, method="lora")
+    h, kv, i, r, heads, tokens = 576, 192, 1536, 8, 9, 8 * 128
+    per_layer = 5 * h + 2 * kv + 3 * i + 2 * r + heads + 2
+    first_layer = per_layer - (h + 1)  # the first layer's input needs no gradient
+    layers = tokens * 4 * (29 * per_layer + first_layer)
+    head = tokens * 4 * (h + 1) + tokens * 49152 * 4 + tokens * 8 + 4  # final norm, log-softmax, labels
+    rope = 2 * 128 * 64 * 4
+    assert acts.total == layers + head + rope
+
+
+# ---------------------------------------------------------------- exact against autograd
+CASES = [
+    ("full", None, False, ("q_proj", "v_proj")),
+    ("full", "bfloat16", False, ("q_proj", "v_proj")),
+    ("full", None, True, ("q_proj", "v_proj")),
+    ("lora", None, False, ("q_proj", "v_proj")),
+    ("lora", None, False, ("k_proj", "o_proj", "down_proj")),
+    ("lora", "bfloat16", False, ("q_proj", "v_proj")),
+    ("lora", None, True, ("q_proj", "v_proj")),
+    ("lora-bf16", None, False, ("q_proj", "v_proj")),
+    ("qlora", None, False, ("gate_proj", "up_proj")),
+]
+
+
+@pytest.mark.parametrize("method, autocast, checkpointing, targets", CASES)
+def test_saved_activations_and_state_bytes_are_exact(method, autocast, checkpointing, targets) -> None:
+    """Counted by saved_tensors_hooks in a real step (in this process; memory peaks are not used here)."""
+    spec = {"config": measure.load_config(TINY)[0], "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
+            "lora_rank": 4, "targets": list(targets), "checkpointing": checkpointing, "optimizer": "adamw",
+            "autocast": autocast, "compile": False, "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu"}
+    real = measure.run_step(spec)
+    est = estimate_step(TINY, method=method, batch=2, seq=16, lora_rank=4, targets=targets,
+                        checkpointing=checkpointing, autocast=bool(autocast))
+    assert est.activations.total == real["saved_activations_bytes"]
+    assert est.weights_bytes == real["weights_bytes"]
+    assert est.grads_bytes == real["grads_bytes"]
+    assert est.optimizer_bytes == real["optimizer_bytes"]
+
+
+# ---------------------------------------------------------------- peak within 15 % of a measured step
+@pytest.mark.parametrize("method, batch", [("full", 4), ("lora", 8)])
+def test_peak_estimate_within_15_percent_of_a_fresh_process(method: str, batch: int) -> None:
+    m = measure.measure_training_step(SMALL, method=method, batch=batch, seq=128, timeout_s=240)
+    est = estimate_step(SMALL, method=method, batch=batch, seq=128)
+    assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 15
+    # the part that changes during the step is predicted much closer than that
+    dynamic_est = est.peak_bytes - est.fixed_bytes
+    dynamic_meas = m.peak_bytes - m.start_bytes
+    assert abs(dynamic_est - dynamic_meas) <= 0.05 * dynamic_meas + 5e6
+
+
+# ---------------------------------------------------------------- behaviour
+def test_checkpointing_keeps_one_hidden_state_per_layer() -> None:
+    arch = Architecture.from_config("smollm2-135m")
+    plain = saved_activations(arch, 8, 128, method="full")
+    ck = saved_activations(arch, 8, 128, method="full", checkpointing=True)
+    assert ck.by_kind["checkpointed layer inputs"] == 30 * 8 * 128 * 576 * 4
+    assert ck.total < plain.total / 4
+
+
+def test_accumulation_keeps_gradients_but_shrinks_activations() -> None:
+    one = estimate_step("smollm2-135m", method="full", batch=8, seq=128)
+    four = estimate_step("smollm2-135m", method="full", batch=2, seq=128, accumulation=4)
+    assert four.activations.total < one.activations.total / 3
+    assert "gradients kept across micro-batches" in dict(four.parts()) or four.peak_moment.startswith("end")
+    assert four.peak_bytes < one.peak_bytes
+
+
+def test_peak_moment_moves_with_batch() -> None:
+    assert estimate_step("smollm2-135m", method="full", batch=1, seq=128).peak_moment.startswith("end of backward")
+    assert estimate_step("smollm2-135m", method="full", batch=8, seq=128).peak_moment.startswith("start of backward")
+
+
+def test_cuda_has_no_process_baseline() -> None:
+    cpu = estimate_step("smollm2-135m", method="lora", batch=8, seq=128)
+    gpu = estimate_step("smollm2-135m", method="lora", batch=8, seq=128, device="cuda")
+    assert cpu.peak_bytes - gpu.peak_bytes == sm.CPU_BASELINE_BYTES
+
+
+def test_korthikanti_reference_numbers() -> None:
+    arch = Architecture.from_config("smollm2-135m")
+    k = sm.korthikanti_layer_bytes(arch, 1, 128)
+    assert k["full recomputation"] == 2 * 128 * 576
+    assert k["selective recomputation"] == 34 * 128 * 576
+
+
+def test_format_lists_parts_and_total() -> None:
+    text = estimate_step("smollm2-135m", method="lora", batch=8, seq=128).format()
+    assert "activations saved for backward" in text and "total (predicted peak)" in text
+    assert sm.comparison_line(2.0e9, 2.5e9) == "estimate 2.00 GB, measured 2.50 GB, error -20.0 %"
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"method": "half"}, "method"), ({"batch": 0}, "batch"), ({"seq": 0}, "seq"), ({"seq": 10_000}, "seq"),
+    ({"optimizer": "sgd"}, "optimizer"), ({"targets": ["attn"]}, "targets"), ({"lora_rank": 0}, "lora_rank"),
+    ({"device": "tpu"}, "device"), ({"accumulation": 0}, "accumulation"),
+])
+def test_bad_input_names_the_argument(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        estimate_step("smollm2-135m", **kwargs)
+
+
+def test_bad_config() -> None:
+    with pytest.raises(ValueError, match="config"):
+        estimate_step({"model_type": "gpt2", "n_embd": 8})
+    with pytest.raises(ValueError, match="hidden_size"):
+        estimate_step({**SMALL, "hidden_size": 0})
+    with pytest.raises(ValueError, match="measured_bytes"):
+        sm.error_percent(1.0, 0.0)
+
+
+# ---------------------------------------------------------------- the command line hook
+def _ns(**kw) -> argparse.Namespace:
+    base = {"config": data_path("configs", "smollm2-135m.json"), "params": None, "method": "lora",
+            "lora_rank": 8, "targets": ["q_proj", "v_proj"], "batch": 8, "seq": 128, "checkpointing": False,
+            "optimizer": "adamw", "measure": False, "budgets": [16.0, 24.0]}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_cli_prints_breakdown_and_budgets(capsys: pytest.CaptureFixture) -> None:
+    assert sm.cli(_ns()) == 0
+    out = capsys.readouterr().out
+    assert "total (predicted peak)" in out and "16 GB budget: fits" in out
+
+
+def test_cli_needs_a_config(capsys: pytest.CaptureFixture) -> None:
+    assert sm.cli(_ns(config=None, params=135_000_000)) == 2
+    assert "--config" in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_values(capsys: pytest.CaptureFixture) -> None:
+    assert sm.cli(_ns(batch=0)) == 2
+    assert "batch" in capsys.readouterr().err
+
+
+def test_cli_measure_prints_the_comparison_line(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    fake = measure.StepMeasurement(2_000_000_000, 440_000_000, 0, 0, 0, 0, 1.0, "cpu", "CPU: a fake")
+    monkeypatch.setattr(measure, "measure_training_step", lambda *a, **k: fake)
+    assert sm.cli(_ns(measure=True)) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    est = estimate_step("smollm2-135m", method="lora", batch=8, seq=128)
+    assert last == sm.comparison_line(est.peak_bytes, 2e9)
+    assert last.startswith("estimate ") and ", measured 2.00 GB, error " in last and last.endswith(" %")

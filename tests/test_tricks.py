@@ -1,0 +1,138 @@
+"""course_utils.tricks, its chart and its widget callback."""
+from __future__ import annotations
+
+import os
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from course_utils import tricks  # noqa: E402
+from course_utils.tricks import TrickResult, trick_kwargs, verdict, what_is_my_bottleneck  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu"}
+
+
+def test_seed_comparison_rows_carry_over_exactly() -> None:
+    assert tricks.COMPARISON[:3] == (
+        ("Quantization", "How numbers are stored", "Less memory, faster inference", "Some quality loss"),
+        ("Mixed precision", "The precision of the maths", "Faster training, less activation memory",
+         "Numerical care: loss scaling and the right GPU"),
+        ("Gradient accumulation", "When the weights are updated", "Big batches on a small GPU",
+         "Slower than a real big batch"))
+    table = tricks.comparison_table()
+    assert table.startswith("| Technique | What changes? | Main benefit | Main trade-off |")
+    assert table.count("\n") == 1 + len(tricks.COMPARISON)
+
+
+def test_seed_claims() -> None:
+    assert tricks.TRICKS["checkpointing"].claim == "~50 % memory reduction at ~30 % speed cost"
+    assert tricks.TRICKS["compile"].time_ratio == (1 / 1.5, 1 / 1.2)
+    seed = dict((name, value) for name, value, _ in tricks.SEED_TRAINING_ARGUMENTS)
+    assert seed["optim"] == "adamw_8bit" and seed["gradient_accumulation_steps"] == 8
+    assert seed["per_device_train_batch_size"] == 2 and seed["warmup_ratio"] == 0.03 and seed["torch_compile"] is False
+
+
+def test_trick_kwargs() -> None:
+    base = {"method": "full", "batch": 8, "seq": 128}
+    assert trick_kwargs("baseline", base) == base
+    assert trick_kwargs("checkpointing", base)["checkpointing"] is True
+    acc = trick_kwargs("accumulation", base)
+    assert acc["batch"] == 2 and acc["accumulation"] == 4
+    with pytest.raises(ValueError, match="trick"):
+        trick_kwargs("magic", base)
+    with pytest.raises(ValueError, match="batch"):
+        trick_kwargs("accumulation", {**base, "batch": 6})
+
+
+def _row(key: str, peak: float, secs: float, **kw) -> TrickResult:
+    return TrickResult(key, tricks.TRICKS[key].label, tricks.TRICKS[key].claim, peak_bytes=int(peak * 1e9),
+                       step_seconds=secs, **kw)
+
+
+def test_verdicts_report_measurements_and_reasons() -> None:
+    base = _row("baseline", 3.0, 10.0, saved_activations_bytes=int(0.6e9), optimizer_bytes=8_000, trained_params=1000)
+    ck = verdict(_row("checkpointing", 2.6, 13.0), base)
+    assert ck.startswith("peak -13 %, step time +30 %") and "20 % of the baseline peak" in ck
+    assert "not -50 %" not in verdict(_row("checkpointing", 1.4, 13.0), base)
+    eight = verdict(_row("adamw8bit", 2.5, 12.0, optimizer_bytes=2_100, trained_params=1000), base)
+    assert "8.00 -> 2.10 bytes per trained number" in eight
+    comp = verdict(_row("compile", 3.0, 9.5, compile_seconds=40.0), base)
+    assert "(1.05x speed)" in comp and "compile 40 s once" in comp and "no 1.2-1.5x here" in comp
+    assert "no 1.2-1.5x" not in verdict(_row("compile", 3.0, 7.0, compile_seconds=40.0), base)
+    skipped = TrickResult("compile", "torch.compile", "", skipped="skipped: did not finish within its 5 s budget")
+    assert verdict(skipped, base).startswith("skipped")
+    assert verdict(base, base) == "reference"
+    rows = tricks.results_table([base, skipped])
+    assert rows[0]["peak GB"] == 3.0 and rows[1]["peak GB"] is None
+
+
+def test_bottleneck_fits() -> None:
+    diag = what_is_my_bottleneck("smollm2-135m", "lora", 8, 16.0, seq=512)
+    assert diag.fits and "It fits" in diag.text()
+
+
+def test_bottleneck_names_the_problem_and_the_fix() -> None:
+    diag = what_is_my_bottleneck("smollm2-135m", "full", 16, 8.0, seq=512)
+    assert not diag.fits
+    text = diag.text()
+    assert "does not fit" in text and "activations saved for backward" in text
+    first = next(o for o in diag.options if o.fits)
+    assert not first.method_changed and first.peak_gb <= 8.0
+    assert first.changes == ("gradient checkpointing",) and first.time_factor == pytest.approx(4 / 3)
+    assert all(o.fits for o in diag.options[: sum(o.fits for o in diag.options)])
+
+
+def test_bottleneck_bad_budget() -> None:
+    with pytest.raises(ValueError, match="budget_gb"):
+        what_is_my_bottleneck("smollm2-135m", "full", 8, 0)
+    with pytest.raises(ValueError, match="method"):
+        what_is_my_bottleneck("smollm2-135m", "half", 8, 16)
+
+
+def test_training_arguments_for_this_machine(tmp_path) -> None:
+    args, changes = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, cuda=False)
+    assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 8
+    assert (args.activation_checkpointing or args.gradient_checkpointing) and args.optim.value == "adamw_8bit" and args.torch_compile is False
+    assert args.warmup_steps == 0.03 and args.max_steps == 2 and args.disable_tqdm
+    assert any("warmup_ratio" in c for c in changes) and any("use_cpu" in c for c in changes)
+    with pytest.raises(ValueError, match="max_steps"):
+        tricks.memory_efficient_training_arguments(tmp_path, max_steps=0)
+
+
+def test_trainer_runs_a_few_steps(tmp_path) -> None:
+    args, _ = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, cuda=False)
+    args.gradient_accumulation_steps = 2
+    out = tricks.run_trainer_steps(TINY, args, batch_examples=8, seq=16)
+    assert out["steps"] == 2 and len(out["losses"]) == 2
+    assert all(6.0 < loss < 7.5 for loss in out["losses"])  # ln(1000) = 6.9 for random weights
+    assert out["peak"].bytes > 0
+
+
+def test_charts_and_widget_callback(capsys) -> None:
+    from course_utils.plots import tricks as tplots
+    from course_utils.step_memory import estimate_step
+    from course_utils.widgets.tricks import bottleneck_view
+
+    rows = [_row("baseline", 3.0, 10.0), TrickResult("compile", "torch.compile", "", skipped="skipped")]
+    fig = tplots.tricks_chart(rows)
+    assert fig.axes[0].get_xlabel() == "peak memory (GB)" and fig._suptitle.get_text()
+    assert "torch.compile: skipped" in tplots.describe_tricks_chart(rows)
+    fig2 = tplots.estimate_vs_measured_chart([("LoRA b8", 2.56, 2.62), ("full b8", 3.5, None)])
+    assert fig2.axes[0].get_title()
+    est = estimate_step("smollm2-135m", method="lora", batch=8, seq=128)
+    assert tplots.breakdown_chart(est, 4.0).axes[0].get_title()
+    assert f"{est.peak_gb:.2f} GB" in tplots.describe_breakdown(est)
+    with pytest.raises(ValueError, match="rows"):
+        tplots.tricks_chart([])
+    text = bottleneck_view("smollm2-135m", "full", 16, 512, 8.0, show_chart=False)
+    assert "does not fit" in capsys.readouterr().out and "gradient checkpointing" in text
+    with pytest.raises(ValueError, match="batch"):
+        bottleneck_view(batch=1000, show_chart=False)
+    with pytest.raises(ValueError, match="model"):
+        bottleneck_view(model="gpt-5", show_chart=False)
