@@ -278,30 +278,21 @@ def load_config(config: str | os.PathLike | Mapping[str, Any]) -> tuple[dict[str
     """A model config as a plain dict (``_source`` and dtype keys dropped) and a short name for it.
 
     ``config`` is a preset name of a file in ``data/configs/`` (``"smollm2-135m"``), a path to a
-    ``config.json``, or a dict.
+    ``config.json``, or a dict. Reading is :func:`course_utils.configs.read_config`.
     """
-    from course_utils import data_path  # noqa: PLC0415
+    from course_utils.configs import read_config  # noqa: PLC0415
 
     if isinstance(config, Mapping):
-        cfg, name = dict(config), str(config.get("_name_or_path") or config.get("model_type") or "custom")
+        name = str(config.get("_name_or_path") or config.get("model_type") or "custom")
     elif isinstance(config, (str, os.PathLike)):
         path = Path(config)
         name = path.stem if path.suffix == ".json" else path.name
-        if not path.exists():
-            try:
-                path = data_path("configs", f"{config}.json")
-            except FileNotFoundError as err:
-                raise ValueError(f"config must be a preset in data/configs/, a path or a dict; "
-                                 f"no preset or file named {str(config)!r}") from err
-        try:
-            cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"config: cannot read a JSON config from {str(path)!r} ({err})") from err
     else:
         raise TypeError(f"config must be a preset name, a path or a dict, got {type(config).__name__}")
-    if not isinstance(cfg, dict) or "model_type" not in cfg:
+    cfg = read_config(config)
+    if "model_type" not in cfg:
         raise ValueError("config must describe a model: a JSON object with a 'model_type' key")
-    for key in ("_source", "torch_dtype", "dtype"):
+    for key in ("torch_dtype", "dtype"):
         cfg.pop(key, None)
     return cfg, name
 

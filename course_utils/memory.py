@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -281,55 +280,9 @@ def seed_table() -> str:
 # --------------------------------------------------------------------------------------------
 # Architecture configs: exact counts
 # --------------------------------------------------------------------------------------------
-def config_presets() -> dict[str, Path]:
-    """The architecture configs shipped in ``data/configs``, by name (e.g. 'smollm2-135m')."""
-    from course_utils import data_path  # noqa: PLC0415
-
-    try:
-        folder = data_path("configs")
-    except FileNotFoundError:
-        return {}
-    return {p.stem: p for p in sorted(folder.glob("*.json"))}
-
-
-def resolve_config(config: str | Path) -> Path:
-    """The path of a config file: an existing path, or the name of a shipped preset (see :func:`config_presets`)."""
-    if not isinstance(config, (str, Path)):
-        raise TypeError(f"config must be a path or a preset name, got {type(config).__name__}")
-    path = Path(config).expanduser()
-    if path.is_file():
-        return path
-    presets = config_presets()
-    key = str(config).strip().lower()
-    key = key[:-5] if key.endswith(".json") else key
-    if key in presets:
-        return presets[key]
-    raise ValueError(f"config {str(config)!r} is neither a readable file nor a preset "
-                     f"({', '.join(presets) or 'none shipped'})")
-
-
-def load_config(config: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """An architecture config as a dict: from a mapping, a ``config.json`` path or a preset name.
-
-    Keys starting with ``_`` (the course's ``_source`` note) are dropped. Raises ValueError when the file
-    cannot be read or is not a config of a decoder with the sizes this module needs.
-    """
-    if isinstance(config, Mapping):
-        raw: Any = dict(config)
-    else:
-        path = resolve_config(config)
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"config {str(path)!r} is not a readable JSON file: {err}") from err
-    if not isinstance(raw, dict):
-        raise ValueError("config must be a JSON object (a model's config.json)")
-    cfg = {k: v for k, v in raw.items() if not str(k).startswith("_")}
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"config must give {key} as a positive integer (got {value!r})")
-    return cfg
+# The config readers live in course_utils.configs; re-exported here for the CLI and older callers.
+from course_utils.configs import config_presets, resolve_config  # noqa: E402
+from course_utils.configs import read_config as load_config  # noqa: E402
 
 
 def _dims(cfg: Mapping[str, Any]) -> dict[str, int]:

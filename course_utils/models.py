@@ -180,13 +180,11 @@ def load_config(name: str | Path = STANDIN_CONFIG) -> Any:
     """A transformers config from a JSON file in ``data/configs`` (or a path). Keys starting with "_" are notes."""
     from transformers import AutoConfig  # noqa: PLC0415
 
-    path = Path(name)
-    if not path.exists():
-        path = data_path("configs", str(name))
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    if "model_type" not in raw:
-        raise ValueError(f"{path.name} has no 'model_type': not a transformers architecture config")
-    fields = {k: v for k, v in raw.items() if not k.startswith("_")}  # "_source" says where it came from
+    from course_utils.configs import read_config  # noqa: PLC0415
+
+    fields = read_config(name)  # a preset name, "name.json" in data/configs, or a path; "_source" notes dropped
+    if "model_type" not in fields:
+        raise ValueError(f"config {str(name)!r} has no 'model_type': not a transformers architecture config")
     return AutoConfig.for_model(**fields)
 
 
