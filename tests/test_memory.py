@@ -358,3 +358,12 @@ def test_time_frozen_layer_small() -> None:
 def test_time_frozen_layer_rejects_bad_sizes(kwargs, error, match) -> None:
     with pytest.raises(error, match=match):
         mem.time_frozen_layer(**kwargs)
+
+
+def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
+    from course_utils.widgets import memory as wm
+
+    box = wm.budget_planner(model="a 7B model")
+    model_dropdown, size_slider = box.children[0].children
+    size_slider.value = 30.0
+    assert model_dropdown.value == wm.CUSTOM

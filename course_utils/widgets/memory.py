@@ -113,6 +113,9 @@ def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_ra
         "budget_gb": w.FloatSlider(value=budget_gb, min=2, max=160, step=2, description="memory (GB)",
                                    style=style, continuous_update=False),
     }
+    # Moving the size slider means "plan for this size": switch the model to the custom size, so the
+    # slider never looks dead while a preset is selected.
+    controls["billions"].observe(lambda _change: setattr(controls["model"], "value", CUSTOM), names="value")
     out = w.interactive_output(planner_view, controls)
     rows = [w.HBox([controls["model"], controls["billions"]]),
             w.HBox([controls["method"], controls["lora_rank"], controls["budget_gb"]])]
