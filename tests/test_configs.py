@@ -31,12 +31,16 @@ def test_path_and_dict_read_the_same(tmp_path: Path) -> None:
 
 
 def test_bad_configs_name_the_argument(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="config"):
-        configs.read_config("no-such-model")
+    with pytest.raises(ValueError, match="neither a readable file nor a preset"):
+        configs.read_config(tmp_path / "missing.json")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(ValueError, match="config"):
+    with pytest.raises(ValueError, match="not a readable JSON file"):
         configs.read_config(broken)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        configs.read_config(listed)
     with pytest.raises(ValueError, match="hidden_size"):
         configs.read_config({"model_type": "llama"})
     with pytest.raises(TypeError, match="config"):

@@ -219,21 +219,11 @@ def test_budget_must_be_positive(budget) -> None:
         mem.budgets_from_gb([budget])
 
 
-def test_bad_configs(tmp_path) -> None:
-    with pytest.raises(ValueError, match="neither a readable file nor a preset"):
-        mem.load_config(tmp_path / "missing.json")
-    broken = tmp_path / "broken.json"
-    broken.write_text("{not json")
-    with pytest.raises(ValueError, match="not a readable JSON file"):
-        mem.load_config(broken)
-    with pytest.raises(ValueError, match="hidden_size"):
-        mem.load_config({"model_type": "llama"})
-    with pytest.raises(ValueError, match="JSON object"):
-        arr = tmp_path / "list.json"
-        arr.write_text("[1, 2]")
-        mem.load_config(arr)
-    with pytest.raises(TypeError, match="config"):
-        mem.resolve_config(3)
+def test_memory_reads_configs_with_the_course_reader() -> None:
+    """Bad configs are tested once, in test_configs.py; memory must use that same reader."""
+    from course_utils import configs
+
+    assert mem.load_config is configs.read_config and mem.resolve_config is configs.resolve_config
 
 
 def test_bad_targets() -> None:
