@@ -9,8 +9,29 @@ from typing import NamedTuple
 
 #: GitHub "owner/name" of this course. Change it here (and re-run the build script) when the repo moves.
 REPO = "pack-the-bag/single-gpu-tricks"
-#: Branch that Colab badges and the Colab install line point to.
+#: Branch that Colab badges point to.
 BRANCH = "main"
+#: This package's version. The Colab setup cell installs the helpers from the git tag ``v{VERSION}``, so a
+#: notebook always gets the helpers it was built with; tag each release (see CONTRIBUTING.md).
+VERSION = "0.2.0"
+#: Environment variable that overrides where the Colab setup cell installs the helpers from (a fork, a
+#: mirror, a branch, a wheel): any requirement pip understands.
+SOURCE_ENV = "COURSE_UTILS_SOURCE"
+
+#: Library versions the course supports: (oldest, newest tested). Hosted images lag PyPI by months, so the
+#: floor is what the notebooks were tested with on the oldest stack (requirements-floor.txt), the top what
+#: requirements.txt pins. torch's floor is the oldest release with every API the notebooks call
+#: (``torch.amp.GradScaler("cuda")`` needs 2.3).
+SUPPORTED: dict[str, tuple[str, str]] = {
+    "torch": ("2.3", "2.13.0"),
+    "transformers": ("4.57.6", "5.24.0"),
+    "peft": ("0.17.1", "0.21.2"),
+    "accelerate": ("1.10.1", "1.15.0"),
+    "bitsandbytes": ("0.48.2", "0.50.2"),
+}
+#: What the Colab setup cell installs when missing or older than its floor. Never torch or transformers:
+#: the hosted image's own builds stay (replacing torch would break its CUDA setup).
+COLAB_INSTALLS = ("bitsandbytes", "accelerate", "peft")
 
 
 class NotebookInfo(NamedTuple):
@@ -36,6 +57,51 @@ def colab_url(filename: str) -> str:
     return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{filename}"
 
 
+def release_tag() -> str:
+    """The git tag of this version of the helpers, e.g. ``v0.2.0``."""
+    return f"v{VERSION}"
+
+
 def install_spec() -> str:
-    """The pip requirement that installs this package straight from the repository."""
-    return f"course-utils @ git+https://github.com/{REPO}@{BRANCH}"
+    """The pip requirement that installs this version of the package straight from the repository."""
+    return f"course-utils @ git+https://github.com/{REPO}@{release_tag()}"
+
+
+def _as_tuple(version: str) -> tuple[int, ...]:
+    """'4.57.6' -> (4, 57, 6); a pre-release or local suffix ('2.13.0+cu126', '5.0.0rc1') is cut off."""
+    if not isinstance(version, str) or not version.strip():
+        raise ValueError(f"version must be a non-empty string such as '4.57.6', got {version!r}")
+    parts = []
+    for piece in version.strip().split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) < len(piece):
+            break
+    if not parts:
+        raise ValueError(f"version must start with a number such as '4.57.6', got {version!r}")
+    return tuple(parts)
+
+
+def version_status(package: str, installed: str | None) -> str | None:
+    """None when ``installed`` is inside :data:`SUPPORTED`'s range for ``package``; else one line saying what to do.
+
+    Newer than tested is a note (it will probably work); older than the floor, or missing, says how to fix it.
+    """
+    if package not in SUPPORTED:
+        raise ValueError(f"package must be one of {sorted(SUPPORTED)}, got {package!r}")
+    low, high = SUPPORTED[package]
+    if installed is None:
+        return f"{package} is not installed: pip install '{package}>={low}'"
+    have = _as_tuple(installed)
+    if have < _as_tuple(low):
+        return (f"{package} {installed} is older than the course supports ({low} to {high}): "
+                f"pip install -U '{package}>={low}', then restart the runtime")
+    if have[:len(_as_tuple(high))] > _as_tuple(high):
+        return f"note: {package} {installed} is newer than the course has tested ({low} to {high}); report problems"
+    return None

@@ -232,21 +232,41 @@ def saved_tensor_bytes(step: Callable[[], torch.Tensor], exclude: Iterable[torch
     return total
 
 
-def _cuda_peak_bytes(step: Callable[[], torch.Tensor], device: torch.device) -> int:
-    """CUDA peak allocated above what was held before ``step`` (forward + backward of one micro-batch)."""
+def _cuda_forward_bytes(step: Callable[[], torch.Tensor], device: torch.device) -> int:
+    """CUDA bytes the graph of one micro-batch holds after its forward pass, above what was held before.
+
+    Read with ``memory_allocated`` between the forward and the backward pass: that is the saved
+    activations (plus the small loss and output tensors). It is *not* the peak of forward + backward:
+    that peak also holds the backward pass's weight-gradient temporaries (one per weight matrix, the size
+    of the weights, whatever the micro-batch), which would hide the activations of a small micro-batch.
+    The backward pass runs afterwards, so gradients accumulate as usual.
+    """
     torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step().backward()
+    loss = step()
     torch.cuda.synchronize(device)
-    return max(0, torch.cuda.max_memory_allocated(device) - base)
+    held = torch.cuda.memory_allocated(device) - base
+    loss.backward()
+    return max(0, held)
 
 
 #: What each activation-memory reading measures, by device type.
 MEMORY_METHODS = {
-    "cuda": "CUDA peak allocated during one micro-batch's forward+backward, above the weights and gradients already held",
+    "cuda": ("CUDA memory held after one micro-batch's forward pass, above the weights and gradients already "
+             "held (the graph's saved activations, read before backward)"),
     "cpu": "bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters excluded)",
 }
+
+
+def memory_method(device: torch.device | str | None = None) -> str:
+    """Which activation-memory reading :func:`activation_memory` takes on ``device``: 'cuda' or 'cpu'.
+
+    'cuda' (the CUDA allocator's counter) on a CUDA device; 'cpu' (bytes saved for backward, counted with
+    ``saved_tensors_hooks``) anywhere else. :data:`MEMORY_METHODS` says what each one measures.
+    """
+    from .hardware import as_device  # noqa: PLC0415
+
+    return "cuda" if as_device(device).type == "cuda" else "cpu"
 
 
 def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
@@ -254,8 +274,9 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
     """Memory one micro-batch's activations take, and what was measured (see :data:`MEMORY_METHODS`).
 
     With accumulation only one micro-batch's activations are alive at a time, so this is the
-    activation part of the peak. On CUDA it is the allocator's peak (activations plus the backward
-    pass's temporaries); elsewhere it is the bytes autograd saves for backward.
+    activation part of the peak. On CUDA it is what the allocator holds after the forward pass (the
+    saved activations), read before backward so that weight-gradient temporaries are not counted;
+    elsewhere it is the bytes autograd saves for backward.
     """
     # Copies, as a data loader would hand them over: a slice would share (and count) the whole batch's storage.
     xb, yb = micro_batches(x, micro_batch_size)[0].clone(), micro_batches(y, micro_batch_size)[0].clone()
@@ -264,15 +285,52 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
         return loss_fn(model(xb), yb)
 
     model.zero_grad(set_to_none=True)
-    if x.device.type == "cuda":
+    kind = memory_method(x.device)
+    if kind == "cuda":
         step().backward()  # warm-up: allocate .grad and the kernels' workspaces before measuring
-        measured = _cuda_peak_bytes(step, x.device)
-        kind = "cuda"
+        measured = _cuda_forward_bytes(step, x.device)
     else:
         measured = saved_tensor_bytes(step, exclude=model.parameters())
-        kind = "cpu"
     model.zero_grad(set_to_none=True)
     return measured, MEMORY_METHODS[kind]
+
+
+@dataclass(frozen=True)
+class ProportionCheck:
+    """Does activation memory grow in proportion to the micro-batch? Bytes per example, smallest and largest."""
+
+    min_bytes_per_example: float
+    max_bytes_per_example: float
+    rtol: float
+
+    @property
+    def spread(self) -> float:
+        """Largest over smallest bytes per example, minus 1 (0.0 means exactly proportional)."""
+        return self.max_bytes_per_example / self.min_bytes_per_example - 1 if self.min_bytes_per_example else math.inf
+
+    @property
+    def holds(self) -> bool:
+        """True when every micro-batch size takes the same bytes per example, within ``rtol``."""
+        return self.spread <= self.rtol
+
+    def __str__(self) -> str:
+        return (f"activation memory in proportion to the micro-batch (bytes per example equal within "
+                f"{self.rtol:.0%} at every size): {self.holds}")
+
+
+def proportion_check(rows: Sequence["MicroBatchRow"], rtol: float = 0.25) -> ProportionCheck:
+    """Check that activation memory is proportional to the micro-batch size across the sweep's ``rows``.
+
+    Bytes per example (``activation_bytes / micro_batch_size``) must agree within ``rtol`` (0 < rtol <= 1)
+    between the smallest and the largest. A reading with a fixed part (such as weight-gradient temporaries)
+    fails it: that part dominates small micro-batches.
+    """
+    if not rows:
+        raise ValueError("rows must hold at least one measured micro-batch size")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol <= 1:
+        raise ValueError(f"rtol must be a number between 0 (exclusive) and 1, got {rtol!r}")
+    per_example = [r.activation_bytes / r.micro_batch_size for r in rows]
+    return ProportionCheck(min(per_example), max(per_example), float(rtol))
 
 
 def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,

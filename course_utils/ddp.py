@@ -94,7 +94,7 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
-        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        device = rank_device(rank, backend)
         if device.type == "cuda":
             torch.cuda.set_device(device)
         model = make_model().to(device)
@@ -156,6 +156,27 @@ class DDPCheck:
             f"without no_sync(): {self.allreduce_calls_without_no_sync} all-reduces, "
             f"same gradient: {self.same_gradient_without_no_sync}",
         ])
+
+
+def rank_device(rank: int, backend: str) -> torch.device:
+    """The device of process ``rank``: GPU ``rank`` with ``"nccl"`` (one GPU per process), the CPU with ``"gloo"``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_int("rank", rank, 0, 63)
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def pick_backend(world_size: int = 2) -> str:
+    """The backend :func:`run_ddp_check` should use here: ``"nccl"`` when there is a CUDA GPU per process, else ``"gloo"``.
+
+    The device question goes through :func:`course_utils.hardware.pick_device`, like every lesson's.
+    """
+    from .hardware import pick_device  # noqa: PLC0415
+
+    _check_int("world_size", world_size, 1, 64)
+    if pick_device().type == "cuda" and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
 
 
 def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, backend: str, timeout_s: float) -> int:

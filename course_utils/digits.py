@@ -160,6 +160,7 @@ def model_in_format(model: nn.Module, fmt: str,
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     clone = copy.deepcopy(model)
     if fmt != "float32":
+        # The lesson compares storage formats on purpose: this is the format under test, not a device choice.
         dtype = torch.bfloat16 if fmt == "bfloat16" else torch.float16
         with torch.no_grad():
             for p in clone.parameters():

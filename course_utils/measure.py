@@ -9,12 +9,15 @@ Two tools live here.
   peak since the process started. The returned object's ``what`` always says which one you got.
 
 * :func:`measure_training_step` - one (or a few) real training steps of a decoder language model built
-  from its ``config.json`` with random, seeded weights: full fine-tuning, LoRA, LoRA on a bfloat16 base, or
-  QLoRA (4-bit NF4 base). It counts the bytes of the weights, gradients and optimizer states exactly from
-  the tensors, the activations autograd saves for backward (deduplicated by storage), and measures the
-  step's peak memory and time. On CPU the step runs in a fresh child process (so the peak belongs to this
-  step only), with ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors go back to the system and resident
-  memory tracks the live bytes; the child is killed after ``timeout_s``.
+  from its ``config.json`` with random, seeded weights: full fine-tuning, LoRA, LoRA on a 16-bit base, or
+  QLoRA (4-bit NF4 base). Every 16-bit dtype comes from :mod:`course_utils.hardware` (bfloat16 on a CPU and on
+  Ampere-or-newer GPUs, float16 with loss scaling on a T4, which has no native bfloat16). It counts the
+  bytes of the weights, gradients and optimizer states exactly from the tensors, the activations autograd
+  saves for backward (deduplicated by storage), and measures the step's peak memory and time. On CPU the
+  step runs in a fresh child process (so the peak belongs to this step only), with
+  ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors go back to the system and resident memory tracks the
+  live bytes; the child is killed after ``timeout_s``. With ``compile=True`` the step runs in such a bounded
+  child on a GPU too: compiling has no upper bound on its time.
 
 Why a warm-up step first: a real training run spends almost all its steps in the *steady state*, where the
 optimizer states already exist while the next forward and backward run. The first step is special (the
@@ -39,12 +42,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
+#: ``lora-bf16`` keeps its historical name but means "LoRA on a 16-bit base": bfloat16 where the device has it
+#: natively (CPU, Ampere+), float16 on a T4 (see :func:`step_precision`).
 METHODS = ("full", "lora", "lora-bf16", "qlora")
 OPTIMIZERS = ("adamw", "adamw8bit")
-#: Accepted spellings of the autocast dtype (None = no autocast).
-AUTOCAST_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+#: Accepted spellings of the autocast dtype (None = no autocast). ``"auto"`` (or True) asks
+#: :func:`course_utils.hardware.autocast_dtype` for the device's 16-bit dtype: use it unless a lesson compares
+#: dtypes on purpose.
+AUTOCAST_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                  "auto": "auto"}
 #: Environment of the child process that runs a CPU step. The malloc setting makes glibc serve every
 #: allocation above 64 KiB with its own mmap, returned on free, so RSS tracks the live bytes (see module doc).
 CHILD_ENV = {
@@ -129,18 +137,10 @@ def rss_high_water_mark_bytes() -> int:
 
 
 def _device_of(device: Any) -> "torch.device":  # noqa: F821 - torch imported lazily
-    import torch  # noqa: PLC0415
+    """``device`` as a torch.device (None: the GPU if there is one), via :func:`course_utils.hardware.as_device`."""
+    from course_utils.hardware import as_device  # noqa: PLC0415
 
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, torch.device):
-        return device
-    if isinstance(device, str):
-        try:
-            return torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    raise TypeError(f"device must be a torch.device, a string or None, got {type(device).__name__}")
+    return as_device(device)
 
 
 @contextmanager
@@ -308,10 +308,12 @@ def _check_positive_int(name: str, value: Any, high: int) -> int:
 def _normalise_autocast(autocast: Any) -> str | None:
     if autocast is None or autocast is False:
         return None
+    if autocast is True:
+        return "auto"
     name = getattr(autocast, "__repr__", lambda: "")() if not isinstance(autocast, str) else autocast
     name = str(name).replace("torch.", "")
     if name not in AUTOCAST_NAMES:
-        raise ValueError(f"autocast must be None, 'bf16' or 'fp16' (or the torch dtype), got {autocast!r}")
+        raise ValueError(f"autocast must be None, 'auto', 'bf16' or 'fp16' (or the torch dtype), got {autocast!r}")
     return AUTOCAST_NAMES[name]
 
 
@@ -351,13 +353,15 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
     """Build the model, run a warm-up step, then measure ``steps`` training steps; see the module doc.
 
     ``method``: ``"full"`` (every weight trained, float32), ``"lora"`` (float32 base frozen, LoRA adapters
-    of rank ``lora_rank`` on ``targets``), ``"lora-bf16"`` (the frozen base in bfloat16), ``"qlora"`` (the
-    frozen base in 4-bit NF4 via bitsandbytes, compute in bfloat16). ``optimizer``: ``"adamw"`` (torch,
-    two float32 states = 8 bytes per trained parameter) or ``"adamw8bit"`` (bitsandbytes, two 8-bit states
-    + block scales, about 2 bytes). ``autocast``: None, ``"bf16"`` or ``"fp16"`` (fp16 only on CUDA).
-    ``accumulation``: micro-batches of ``batch`` examples per optimizer step. On CPU (or with
-    ``subprocess_=True``) the work runs in a fresh child process bounded by ``timeout_s`` seconds
-    (TimeoutError when it runs longer).
+    of rank ``lora_rank`` on ``targets``), ``"lora-bf16"`` (the frozen base in the device's 16-bit dtype:
+    bfloat16, or float16 on a T4), ``"qlora"`` (the frozen base in 4-bit NF4 via bitsandbytes, computing in
+    that 16-bit dtype). ``optimizer``: ``"adamw"`` (torch, two float32 states = 8 bytes per trained
+    parameter) or ``"adamw8bit"`` (bitsandbytes, two 8-bit states + block scales, about 2 bytes).
+    ``autocast``: None, ``"auto"`` (the device's 16-bit dtype, see :func:`step_precision`), or ``"bf16"`` /
+    ``"fp16"`` on purpose (fp16 only on CUDA). ``accumulation``: micro-batches of ``batch`` examples per
+    optimizer step. ``device``: None means :func:`course_utils.hardware.pick_device`. On CPU, with
+    ``compile=True`` on any device, or with ``subprocess_=True``, the work runs in a fresh child process
+    bounded by ``timeout_s`` seconds (TimeoutError when it runs longer); see :func:`runs_in_child`.
     """
     spec = _spec(config, method, batch, seq, lora_rank, targets, checkpointing, optimizer, autocast,
                  compile, steps, accumulation, seed)
@@ -371,12 +375,62 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
             raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
     elif spec["autocast"] == "float16":
         raise ValueError("autocast='fp16' is for CUDA GPUs: float16 matmuls on a CPU are 100-1000x slower; "
-                         "use 'bf16' on a CPU")
+                         "use 'bf16' or 'auto' on a CPU")
     spec["device"] = str(dev)
-    use_child = (dev.type != "cuda") if subprocess_ is None else bool(subprocess_)
-    if not use_child:
+    spec["autocast"] = step_precision(spec["method"], spec["autocast"], dev).autocast
+    if not runs_in_child(dev, spec["compile"], subprocess_):
         return StepMeasurement.from_dict(run_step(spec))
     return StepMeasurement.from_dict(_run_in_child(spec, float(timeout_s)))
+
+
+class Precision(NamedTuple):
+    """The dtypes of a measured step, decided for its device by :mod:`course_utils.hardware`."""
+
+    base: str  # the frozen/trained weights' dtype: "float32", or the 16-bit dtype of lora-bf16 / qlora
+    autocast: str | None  # the autocast dtype, None without autocast
+    loss_scaling: bool  # True when float16 does the arithmetic (GradScaler on)
+
+
+def step_precision(method: str, autocast: str | None, device: Any = None) -> Precision:
+    """Which dtypes a step of ``method`` uses on ``device``, and whether it needs loss scaling.
+
+    The 16-bit dtype is :func:`course_utils.hardware.autocast_dtype`: bfloat16 on a CPU or an Ampere-or-newer
+    GPU, float16 on a T4 (it emulates bfloat16 slowly; ``torch.cuda.is_bf16_supported()`` says True there).
+    ``lora-bf16`` and ``qlora`` store (or compute) their frozen base in it. ``autocast``: None, ``"auto"``
+    (that dtype) or an explicit ``"bfloat16"`` / ``"float16"`` for a lesson that compares dtypes on purpose.
+    Loss scaling (:func:`course_utils.hardware.needs_loss_scaling`) is on when float16 does the arithmetic.
+    Decides only: nothing is allocated.
+    """
+    from course_utils.hardware import autocast_dtype, needs_loss_scaling  # noqa: PLC0415
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    half = autocast_dtype(_device_of(device))
+    half_name = str(half).replace("torch.", "")
+    base = half_name if method in ("lora-bf16", "qlora") else "float32"
+    if autocast not in (None, "auto", "bfloat16", "float16"):
+        raise ValueError(f"autocast must be None, 'auto', 'bfloat16' or 'float16', got {autocast!r}")
+    amp = half_name if autocast == "auto" else autocast
+    import torch  # noqa: PLC0415
+
+    compute = amp or base
+    return Precision(base, amp, needs_loss_scaling(getattr(torch, compute)))
+
+
+def runs_in_child(device: Any, compile: bool, subprocess_: bool | None = None) -> bool:
+    """Whether a measured step runs in a bounded child process (True) or in this process.
+
+    CPU: always (the process's peak must belong to the step). CUDA: when ``compile`` is on - compiling has no
+    upper bound on its time, and only a child process can be stopped with everything it started - or when
+    ``subprocess_`` asks for it. ``subprocess_=False`` with ``compile=True`` raises ValueError.
+    """
+    dev = _device_of(device)
+    if compile and subprocess_ is False:
+        raise ValueError("subprocess_ must be None or True when compile=True: torch.compile runs in a child "
+                         "process so that timeout_s can stop it")
+    if subprocess_ is not None:
+        return bool(subprocess_)
+    return dev.type != "cuda" or bool(compile)
 
 
 def _run_in_child(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -466,23 +520,50 @@ def _optimizer_tensors(opt: Any) -> Iterator[Any]:
                 yield value
 
 
-def _quiet_libraries() -> None:
+_QUIET_LOGGERS = ("bitsandbytes", "peft", "transformers", "accelerate", "torch._inductor", "torch._dynamo")
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence warnings, bitsandbytes, transformers and peft inside a ``with`` block; restore them after.
+
+    Inside: every Python warning is ignored, the libraries' loggers show errors only, transformers' progress
+    bars are off. On exit the warning filters, the logger levels, transformers' verbosity and its progress-bar
+    switch are what they were, so a student's kernel is left as it was found.
+    """
     import logging  # noqa: PLC0415
     import warnings  # noqa: PLC0415
 
-    warnings.filterwarnings("ignore")
-    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
 
-    import_bitsandbytes()
-    import transformers  # noqa: PLC0415
+        import_bitsandbytes()
+        import transformers  # noqa: PLC0415
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    logging.getLogger("peft").setLevel(logging.ERROR)
+        tf_logging = transformers.utils.logging
+        verbosity, bars = tf_logging.get_verbosity(), tf_logging.is_progress_bar_enabled()
+        tf_logging.set_verbosity_error()
+        tf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            tf_logging.set_verbosity(verbosity)
+            if bars:
+                tf_logging.enable_progress_bar()
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
 
 
 def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
-    """The model a spec describes, random seeded weights, on ``device``, ready to train."""
+    """The model a spec describes, random seeded weights, on ``device``, ready to train.
+
+    The 16-bit base of ``lora-bf16`` and ``qlora`` (and QLoRA's compute dtype) is :func:`step_precision`'s:
+    bfloat16, or float16 on a T4.
+    """
     import torch  # noqa: PLC0415
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
 
@@ -492,7 +573,7 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     hf_config = AutoConfig.for_model(model_type, **cfg)
     method = spec["method"]
     torch.manual_seed(spec.get("seed", 0))
-    base_dtype = torch.bfloat16 if method in ("lora-bf16", "qlora") else torch.float32
+    base_dtype = getattr(torch, step_precision(method, None, device).base)
     # dtype must be explicit: from_config otherwise follows the config's "torch_dtype" (bfloat16 for SmolLM2)
     model = AutoModelForCausalLM.from_config(hf_config, dtype=base_dtype)
     if method == "qlora":
@@ -504,8 +585,8 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
             model.save_pretrained(tmp)
             del model
             quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                       bnb_4bit_compute_dtype=torch.bfloat16)
-            model = AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant, dtype=torch.bfloat16,
+                                       bnb_4bit_compute_dtype=base_dtype)
+            model = AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant, dtype=base_dtype,
                                                          device_map={"": str(device)})
     else:
         model = model.to(device)
@@ -534,8 +615,53 @@ def make_optimizer(spec: Mapping[str, Any], params: list[Any]) -> Any:
         bnb = import_bitsandbytes()
         if bnb is None:
             raise RuntimeError("optimizer='adamw8bit' needs bitsandbytes, which is not installed here")
+        device = params[0].device if params else "cpu"
+        if not adamw8bit_available(device):
+            raise RuntimeError(f"optimizer='adamw8bit': bitsandbytes {getattr(bnb, '__version__', '?')} has no 8-bit "
+                               f"AdamW for the {torch.device(device).type.upper()} (on a CPU it needs 0.49 or newer)")
         return bnb.optim.AdamW8bit(params, lr=1e-4)
     return torch.optim.AdamW(params, lr=1e-4)
+
+
+_ADAMW8BIT_WORKS: dict[str, bool] = {}
+
+
+def adamw8bit_available(device: Any = "cpu") -> bool:
+    """Whether bitsandbytes' 8-bit AdamW can take a step on ``device`` here (tried once per device type, on a
+    4096-number tensor, the smallest that gets 8-bit states). bitsandbytes before 0.49 has no CPU version."""
+    import torch  # noqa: PLC0415
+
+    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+
+    kind = _device_of(device).type
+    if kind not in _ADAMW8BIT_WORKS:
+        bnb = import_bitsandbytes()
+        try:
+            param = torch.nn.Parameter(torch.ones(4096, device=kind))
+            param.grad = torch.ones_like(param)
+            opt = bnb.optim.AdamW8bit([param], lr=1e-3)
+            opt.step()
+            works = bool(torch.isfinite(param).all()) and bool((param < 1).all())
+        except Exception:  # noqa: BLE001 - no backend for this device in this bitsandbytes
+            works = False
+        _ADAMW8BIT_WORKS[kind] = works
+    return _ADAMW8BIT_WORKS[kind]
+
+
+def is_checkpointed_layer(module: Any) -> bool:
+    """True for a decoder layer whose activations are recomputed in backward (checkpointing switched on).
+
+    transformers >= 4.52 marks such layers with ``transformers.modeling_layers.GradientCheckpointingLayer``;
+    where that module is missing, a layer class named ``...DecoderLayer`` with ``gradient_checkpointing`` set
+    is recognised instead.
+    """
+    if not getattr(module, "gradient_checkpointing", False) or isinstance(module, type):
+        return False
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer  # noqa: PLC0415
+    except ImportError:
+        return type(module).__name__.endswith("DecoderLayer")
+    return isinstance(module, GradientCheckpointingLayer)
 
 
 @contextmanager
@@ -556,8 +682,6 @@ def _count_saved_tensors(model: Any, exclude: set[int], checkpointing: bool) -> 
 
     handles = []
     if checkpointing:
-        from transformers.modeling_layers import GradientCheckpointingLayer  # noqa: PLC0415
-
         def pre_hook(_module: Any, args: tuple, kwargs: dict) -> None:
             if torch.is_grad_enabled():
                 hidden = args[0] if args else kwargs.get("hidden_states")
@@ -565,7 +689,7 @@ def _count_saved_tensors(model: Any, exclude: set[int], checkpointing: bool) -> 
                     note(hidden)
 
         for module in model.modules():
-            if isinstance(module, GradientCheckpointingLayer) and getattr(module, "gradient_checkpointing", False):
+            if is_checkpointed_layer(module):
                 handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -578,8 +702,14 @@ def _count_saved_tensors(model: Any, exclude: set[int], checkpointing: bool) -> 
 def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Build the model, warm up one step, measure ``steps`` steps; return a :class:`StepMeasurement` dict."""
     import_start_rss = current_rss_bytes()
-    _quiet_libraries()
+    with quiet_libraries():
+        return _run_step(spec, import_start_rss)
+
+
+def _run_step(spec: Mapping[str, Any], import_start_rss: int) -> dict[str, Any]:
     import torch  # noqa: PLC0415
+
+    from course_utils.hardware import autocast_dtype as hardware_autocast_dtype  # noqa: PLC0415
 
     import peft  # noqa: F401, PLC0415 - always imported before the baseline is read, so every method has the same
     dev = _device_of(spec.get("device"))
@@ -592,8 +722,10 @@ def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     model = build_model(spec, dev)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(spec, trained)
-    autocast_dtype = getattr(torch, spec["autocast"]) if spec.get("autocast") else None
-    scaler = torch.amp.GradScaler(dev.type) if autocast_dtype == torch.float16 else None  # fp16 needs loss scaling
+    precision = step_precision(spec["method"], spec.get("autocast"), dev)
+    autocast_dtype = getattr(torch, precision.autocast) if precision.autocast else None
+    half_dtype = hardware_autocast_dtype(dev)  # autocast's dtype argument when it is off (never used then)
+    scaler = torch.amp.GradScaler(dev.type) if precision.loss_scaling else None  # float16 needs loss scaling
     step_fn = model
     if spec.get("compile"):
         step_fn = torch.compile(model)
@@ -611,8 +743,7 @@ def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
             ctx = _count_saved_tensors(model, param_keys, spec.get("checkpointing", False)) if count and i == 0 \
                 else contextlib.nullcontext({})
             with ctx as seen:
-                with torch.autocast(dev.type, dtype=autocast_dtype or torch.bfloat16,
-                                    enabled=autocast_dtype is not None):
+                with torch.autocast(dev.type, dtype=autocast_dtype or half_dtype, enabled=autocast_dtype is not None):
                     loss = step_fn(input_ids=ids, labels=ids).loss / spec["accumulation"]
                 (scaler.scale(loss) if scaler else loss).backward()
             if count and i == 0:
@@ -663,13 +794,14 @@ def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
         "config_name": spec.get("config_name", ""), "method": spec["method"], "batch": spec["batch"],
         "seq": spec["seq"], "lora_rank": spec["lora_rank"], "targets": list(spec["targets"]),
         "checkpointing": bool(spec.get("checkpointing")), "optimizer": spec["optimizer"],
-        "autocast": spec.get("autocast"), "compile": bool(spec.get("compile")), "steps": spec["steps"],
+        "autocast": precision.autocast, "compile": bool(spec.get("compile")), "steps": spec["steps"],
         "accumulation": spec["accumulation"], "total_params": int(total_params),
         "trained_params": int(sum(p.numel() for p in trained)), "first_step_seconds": first,
         "compile_seconds": max(0.0, first - per_step) if spec.get("compile") else None,
         "reserved_bytes": peak.reserved_bytes, "loss": losses[-1] if losses else float("nan"),
         "torch_threads": torch.get_num_threads(), "start_bytes": int(peak.start_bytes),
-        "extra": {"rss_before_imports_bytes": int(import_start_rss), "peak_start_bytes": int(peak.start_bytes)},
+        "extra": {"rss_before_imports_bytes": int(import_start_rss), "peak_start_bytes": int(peak.start_bytes),
+                  "base_dtype": precision.base, "loss_scaling": precision.loss_scaling},
     }
     return result
 

@@ -438,14 +438,34 @@ def account_for_peak(measured: Any, estimate_: MemoryEstimate) -> list[tuple[str
 # --------------------------------------------------------------------------------------------
 # Is 4-bit slow here? One frozen layer, forward + backward
 # --------------------------------------------------------------------------------------------
+def frozen_layer_plan(device: Any = None) -> list[tuple[str, Any, Any]]:
+    """The ways :func:`time_frozen_layer` stores its layer on ``device``: ``(label, storage dtype, compute dtype)``.
+
+    float32; the 16-bit dtype :func:`course_utils.hardware.autocast_dtype` picks for the device (bfloat16 on a
+    CPU and on Ampere-or-newer GPUs, float16 on a T4, which has no native bfloat16); and 4-bit NF4 computing in
+    that same 16-bit dtype, as QLoRA does. Decides only: nothing is allocated. ``device`` None means
+    :func:`course_utils.hardware.pick_device`.
+    """
+    import torch  # noqa: PLC0415
+
+    from course_utils.hardware import as_device, autocast_dtype  # noqa: PLC0415
+
+    half = autocast_dtype(as_device(device))
+    return [("float32", torch.float32, torch.float32),
+            (str(half).replace("torch.", ""), half, half),
+            ("4-bit NF4", torch.uint8, half)]
+
+
 def time_frozen_layer(in_features: int = 576, out_features: int = 1536, tokens: int = 512,
-                      min_run_time: float = 0.3) -> dict[str, float]:
+                      min_run_time: float = 0.3, device: Any = None) -> dict[str, float]:
     """Milliseconds of one forward + backward through a *frozen* linear layer stored three ways.
 
     That is the work a frozen base layer does in every LoRA/QLoRA step: the input's gradient flows through
-    it, its own weight gets none. Stored as float32, as bfloat16, and (when bitsandbytes can load) as 4-bit
-    NF4 with bfloat16 compute, as QLoRA does. Timed with ``torch.utils.benchmark`` on the current device.
-    Sizes default to one MLP projection of SmolLM2-135M and 512 tokens (batch 8 x 64).
+    it, its own weight gets none. Stored as float32, in the device's 16-bit dtype, and (when bitsandbytes
+    can load) as 4-bit NF4 computing in that 16-bit dtype, as QLoRA does (see :func:`frozen_layer_plan`:
+    bfloat16 on a CPU or an Ampere-or-newer GPU, float16 on a T4). Timed with ``torch.utils.benchmark`` on
+    ``device`` (None: the GPU if there is one, else the CPU). Sizes default to one MLP projection of
+    SmolLM2-135M and 512 tokens (batch 8 x 64).
     """
     for name, value, high in (("in_features", in_features, 16384), ("out_features", out_features, 16384),
                               ("tokens", tokens, 65536)):
@@ -458,24 +478,25 @@ def time_frozen_layer(in_features: int = 576, out_features: int = 1536, tokens: 
     import torch  # noqa: PLC0415
     from torch.utils import benchmark  # noqa: PLC0415
 
-    from course_utils.hardware import import_bitsandbytes, pick_device  # noqa: PLC0415
+    from course_utils.hardware import as_device, import_bitsandbytes  # noqa: PLC0415
 
-    dev = pick_device()
+    dev = as_device(device)
+    plan = frozen_layer_plan(dev)  # every dtype decided in one place, by the device
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(out_features, in_features, generator=gen) / in_features ** 0.5
     x = torch.randn(tokens, in_features, generator=gen)
     layers: dict[str, tuple[Any, Any]] = {}
-    for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+    for label, dtype, _ in plan[:2]:
         layer = torch.nn.Linear(in_features, out_features, bias=False, dtype=dtype, device=dev)
         with torch.no_grad():
             layer.weight.copy_(weight)
         layers[label] = (layer.requires_grad_(False), dtype)
     bnb = import_bitsandbytes()
     if bnb is not None:
-        layer4 = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=torch.bfloat16,
-                                   quant_type="nf4")
+        label, _, compute = plan[2]
+        layer4 = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=compute, quant_type="nf4")
         layer4.load_state_dict({"weight": weight})
-        layers["4-bit NF4"] = (layer4.to(dev).requires_grad_(False), torch.bfloat16)
+        layers[label] = (layer4.to(dev).requires_grad_(False), compute)
     out = {}
     for label, (layer, dtype) in layers.items():
         inp = x.to(device=dev, dtype=dtype).requires_grad_(True)

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import torch
 
 from course_utils import data_path
-from course_utils.hardware import autocast_dtype, import_bitsandbytes, pick_device
+from course_utils.hardware import as_device, autocast_dtype, import_bitsandbytes
 
 #: The seed's real model (loaded only with a CUDA GPU and a reachable Hub).
 REAL_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -51,6 +51,8 @@ SEED_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_p
 BITS = (16, 8, 4)
 #: NF4 block size used by bitsandbytes: one float32 scale ("absmax") per 64 weights.
 NF4_BLOCKSIZE = 64
+#: The dtype the stand-in's random weights are *stored* in on disk (loading casts per device).
+STANDIN_STORAGE_DTYPE = torch.bfloat16
 #: Where the stand-in's weights are cached when ``COURSE_UTILS_CACHE`` is not set (never inside the repo).
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
 
@@ -59,6 +61,36 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 # peft and transformers import bitsandbytes on their own; its harmless import warning about an optional
 # kernel package would land on stderr (see course_utils.hardware.import_bitsandbytes). Silence it up front.
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+# bitsandbytes 0.48 (the oldest the course supports) calls a torch function that torch 2.13 marks as going away,
+# in every first 4-bit forward: a harmless FutureWarning on stderr. Ignore exactly that one.
+warnings.filterwarnings("ignore", message=r"_check_is_size will be removed", category=FutureWarning)
+
+
+# --------------------------------------------------------------------------------------------
+# Compatibility: the course supports transformers 4.57 (hosted images lag PyPI) up to the pinned 5.x
+# --------------------------------------------------------------------------------------------
+#: transformers renamed ``torch_dtype=`` to ``dtype=`` in 4.56; older versions only know ``torch_dtype``.
+DTYPE_KWARG_SINCE = (4, 56)
+
+
+def transformers_version() -> tuple[int, int]:
+    """(major, minor) of the installed transformers, read from its metadata (nothing heavy is imported)."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    major, minor = (version("transformers").split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def dtype_kwargs(dtype: torch.dtype, version: tuple[int, int] | None = None) -> dict[str, torch.dtype]:
+    """The keyword that sets a model's dtype in ``from_pretrained``/``from_config``, for this transformers.
+
+    ``{"dtype": dtype}`` from transformers 4.56 on, ``{"torch_dtype": dtype}`` before (the one place that
+    knows about the rename). ``version`` overrides the installed version, for tests.
+    """
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float16, got {type(dtype).__name__}")
+    key = "dtype" if (version or transformers_version()) >= DTYPE_KWARG_SINCE else "torch_dtype"
+    return {key: dtype}
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,7 +279,9 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
     try:
         with quiet_transformers(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            # bfloat16 on disk is a storage choice (half the bytes of float32, float32's range);
+            # load_model casts to the dtype of the device that loads it (float16 on a T4).
+            model = AutoModelForCausalLM.from_config(config, **dtype_kwargs(STANDIN_STORAGE_DTYPE))
             model.save_pretrained(tmp)
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(data_path("standin", name), tmp / name)
@@ -306,22 +340,44 @@ def quantization_config(bits: int, compute_dtype: torch.dtype | None = None,
     4-bit: NF4, the format QLoRA uses, unpacked to ``compute_dtype`` for the maths; by default the 16-bit
     dtype :func:`course_utils.hardware.autocast_dtype` picks for ``device`` (bfloat16 on Ampere+ and on
     CPUs, float16 on a T4). 8-bit: LLM.int8.
+
+    8 and 4 bits need bitsandbytes (transformers 4.x checks its version in the config itself): without it,
+    a RuntimeError says so; :func:`bitsandbytes_missing` asks first.
     """
     check_bits(bits)
     if bits == 16:
         return None
+    dtype = compute_dtype if compute_dtype is not None else autocast_dtype(as_device(device))
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"compute_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
+    _require_bitsandbytes(bits)
     from transformers import BitsAndBytesConfig  # noqa: PLC0415
 
     if bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
-    dtype = compute_dtype or autocast_dtype(device)
-    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"compute_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
     return BitsAndBytesConfig(
         load_in_4bit=True,               # store the weights in 4 bits
         bnb_4bit_quant_type="nf4",       # the 4-bit format QLoRA uses
         bnb_4bit_compute_dtype=dtype,    # unpacked to 16-bit for the maths
     )
+
+
+def bitsandbytes_missing() -> str | None:
+    """None when bitsandbytes loads here; otherwise why 8- and 4-bit steps cannot run (one sentence).
+
+    bitsandbytes does not install everywhere (for instance on some Macs). A notebook asks this once and
+    prints, in each 4-bit cell, what it skipped and this reason, instead of stopping.
+    """
+    if import_bitsandbytes() is not None:
+        return None
+    return ("bitsandbytes is not installed here (or cannot load on this machine), and 8- and 4-bit "
+            "weights need it: pip install bitsandbytes, then restart the kernel")
+
+
+def _require_bitsandbytes(bits: int) -> None:
+    missing = bitsandbytes_missing()
+    if missing is not None:
+        raise RuntimeError(f"loading in {bits} bits needs bitsandbytes: {missing}")
 
 
 def _name_of(choice: ModelChoice | str | Path) -> str:
@@ -332,27 +388,34 @@ def _name_of(choice: ModelChoice | str | Path) -> str:
     raise TypeError(f"model must be a ModelChoice, a Hub id or a folder, got {type(choice).__name__}")
 
 
+def load_settings(bits: int = 16, device: torch.device | str | None = None) -> dict[str, Any]:
+    """The keyword arguments :func:`load_model` passes to ``from_pretrained`` for ``bits`` on ``device``.
+
+    dtype: :func:`course_utils.hardware.autocast_dtype` of the device (float16 on a T4, bfloat16 from
+    compute capability 8.0 and on CPUs), for the model at 16 bits and for the non-quantized parts and the
+    NF4 maths at 4 bits. device_map: ``"auto"`` on a CUDA GPU, ``"cpu"`` elsewhere.
+    """
+    check_bits(bits)
+    dev = as_device(device)
+    dtype = autocast_dtype(dev)
+    return {**dtype_kwargs(dtype), "device_map": "auto" if dev.type == "cuda" else "cpu",
+            "quantization_config": quantization_config(bits, dtype)}
+
+
 def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None) -> Any:
     """Load a causal LM in 16 bits, or quantized to 8 or 4 bits on the fly, with one ``from_pretrained`` call.
 
-    The same call serves the real model (a Hub id) and the stand-in (its cache folder). Non-quantized
-    parts (embeddings, norms) and the 16-bit model use the dtype :func:`autocast_dtype` picks for the device.
+    The same call serves the real model (a Hub id) and the stand-in (its cache folder); the arguments
+    come from :func:`load_settings` (the device decides the 16-bit dtype). 8 and 4 bits without
+    bitsandbytes raise a RuntimeError that says so.
     """
     check_bits(bits)
     name = _name_of(choice)
-    dev = torch.device(device) if device is not None else pick_device()
-    if bits != 16 and import_bitsandbytes() is None:
-        raise RuntimeError("loading in 8 or 4 bits needs bitsandbytes: pip install bitsandbytes")
+    settings = load_settings(bits, device)
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
-    dtype = autocast_dtype(dev)
     with quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(
-            name,
-            dtype=dtype,
-            device_map="auto" if dev.type == "cuda" else "cpu",
-            quantization_config=quantization_config(bits, dtype),
-        )
+        model = AutoModelForCausalLM.from_pretrained(name, **settings)
     model.eval()
     return model
 
@@ -676,15 +739,16 @@ def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Se
     quantized = getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
     if quantized:
         keep_4bit_trainable_on_cpu(model)  # the CPU repack pitfall: see keep_4bit_trainable_on_cpu
+    where = next(model.parameters()).device
+    on_gpu = where.type == "cuda"
     with quiet_transformers():
         if quantized if prepare_kbit is None else prepare_kbit:
-            on_gpu = next(model.parameters()).device.type == "cuda"
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu)
             if on_gpu:
                 model.config.use_cache = False  # the generation cache is useless (and warned about) with checkpointing
         if seed is None:
             return get_peft_model(model, cfg)
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        devices = [where.index if where.index is not None else torch.cuda.current_device()] if on_gpu else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             return get_peft_model(model, cfg)
@@ -769,7 +833,9 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int =
     vocab, spellable = int(model.config.vocab_size), len(tokenizer)
     extra = {"logits_processor": LogitsProcessorList([_MaskFrom(spellable)])} if 0 < spellable < vocab else {}
     device = next(model.parameters()).device
-    inputs = tokenizer(prompt, return_tensors="pt").to(device)
+    # Only ids and mask: some tokenizers add token_type_ids, which generate rejects for decoder-only
+    # models on transformers 4.x ("model_kwargs are not used by the model").
+    inputs = tokenizer(prompt, return_tensors="pt", return_token_type_ids=False).to(device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with quiet_transformers(), torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad, **extra)
@@ -803,7 +869,7 @@ def training_batches(tokenizer: Any, texts: Sequence[str], batch_size: int = 4, 
     batches = []
     for start in range(0, len(texts), batch_size):
         enc = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True,
-                        truncation=True, max_length=max_length)
+                        truncation=True, max_length=max_length, return_token_type_ids=False)
         labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
         batches.append({"input_ids": enc["input_ids"].to(dev), "attention_mask": enc["attention_mask"].to(dev),
                         "labels": labels.to(dev)})
@@ -834,27 +900,77 @@ def on_colab() -> bool:
         return False
 
 
+#: What the peft cells of notebook 01b already showed, for the line that explains a skipped Unsloth cell.
+UNSLOTH_SAME_JOB = ("The peft cells above did the same job: a frozen 4-bit base with a LoRA adapter (r=16) on the "
+                    "seven projections, its trainable count, and real training steps.")
+
+
 @dataclass(frozen=True)
 class UnslothPlan:
-    """Whether the seed's Unsloth cell can run here, whether to pip-install Unsloth first, and why."""
+    """Whether the seed's Unsloth cell runs here, why (or why not), and how to run it in a fresh runtime.
+
+    Unsloth is never installed into a running kernel: it patches torch, transformers and peft when it is
+    imported, and this kernel has already imported them. ``command`` says what to do instead (None when
+    the cell runs, or when no install would help here).
+    """
 
     run: bool
-    install: bool
     reason: str
+    command: str | None = None
+
+    def message(self) -> str:
+        """The lines the notebook prints: the decision, the fresh-runtime command if any, what peft showed."""
+        lines = [self.reason]
+        if self.command:
+            lines.append(self.command)
+        if not self.run:
+            lines.append(UNSLOTH_SAME_JOB)
+        return "\n".join(lines)
+
+
+def unsloth_install_command(colab: bool | None = None, *, gpu_here: bool = True) -> str:
+    """How to get Unsloth: in a *fresh* runtime, install first, restart, then run the notebook.
+
+    ``colab``: the Colab wording (default: :func:`on_colab`). ``gpu_here`` False adds that a CUDA GPU is needed.
+    """
+    if colab is None:
+        colab = on_colab()
+    if colab:
+        runtime = "a fresh Colab runtime" + ("" if gpu_here else " with a GPU (Runtime > Change runtime type > T4 GPU)")
+        return (f"To run it: in {runtime}, run `!pip install unsloth` in the first cell, restart the session "
+                "(Runtime > Restart session), then run this notebook.")
+    where = "" if gpu_here else " on a machine with a CUDA GPU and internet"
+    return (f"To run it{where}: run `pip install unsloth` in a fresh environment before starting Jupyter, then "
+            "run this notebook in a new kernel.")
+
+
+def unsloth_importable() -> bool:
+    """True when the ``unsloth`` package is installed (found without importing it)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        return importlib.util.find_spec("unsloth") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def unsloth_plan(choice: ModelChoice) -> UnslothPlan:
-    """Unsloth needs a CUDA GPU and the Hub (it downloads unsloth/Qwen3-4B-Instruct-2507). Installed on demand on Colab."""
-    same_job = "the peft cells above did the same job (frozen 4-bit base + LoRA r=16 on the seven projections)"
-    if not torch.cuda.is_available():
-        return UnslothPlan(False, False, f"Unsloth skipped: it needs a CUDA GPU and there is none here; {same_job}.")
-    if choice.is_standin:
-        return UnslothPlan(False, False, f"Unsloth skipped: it downloads its model from the Hub, which is not "
-                                         f"available here ({choice.reason}); {same_job}.")
-    import importlib.util  # noqa: PLC0415
+    """Run the seed's Unsloth cell only when Unsloth is installed, a CUDA GPU is here and the Hub is reachable.
 
-    if importlib.util.find_spec("unsloth") is not None:
-        return UnslothPlan(True, False, "Unsloth is installed and a CUDA GPU is here: running the seed's cell.")
-    if on_colab():
-        return UnslothPlan(True, True, "On Colab with a GPU: installing Unsloth (about a minute), then running it.")
-    return UnslothPlan(False, False, f"Unsloth skipped: it is not installed (pip install unsloth); {same_job}.")
+    Unsloth downloads ``unsloth/Qwen3-4B-Instruct-2507`` and runs CUDA kernels. It is never pip-installed
+    from here (see :class:`UnslothPlan`); when it is missing, the plan carries the command for a fresh runtime.
+    """
+    if not isinstance(choice, ModelChoice):
+        raise TypeError(f"choice must be the ModelChoice from choose_model, got {type(choice).__name__}")
+    if not torch.cuda.is_available():
+        return UnslothPlan(False, "Unsloth skipped: it needs a CUDA GPU and there is none here.",
+                           unsloth_install_command(gpu_here=False))
+    if choice.is_standin:
+        return UnslothPlan(False, f"Unsloth skipped: it downloads its model from the Hub, which is not available "
+                                  f"here ({choice.reason}).")
+    if not unsloth_importable():
+        return UnslothPlan(False, "Unsloth skipped: it is not installed in this runtime, and installing it into a "
+                                  "kernel that has already imported torch, transformers and peft is unsafe.",
+                           unsloth_install_command())
+    return UnslothPlan(True, "Unsloth is installed, a CUDA GPU is here and the Hub is reachable: running the "
+                             "seed's cell.")

@@ -8,8 +8,9 @@ The notebook ``02_mixed_precision`` calls these helpers. They fall into five gro
 * **range and loss scaling**: :func:`cast_value`, :func:`synthetic_gradients`, :func:`fp16_cast_stats`;
 * **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`time_matmul`,
   :func:`timing_report`;
-* **training and libraries**: :func:`digits_task`, :func:`make_classifier`, :func:`train_mixed_precision`,
-  :func:`training_arguments_kwargs`, :func:`library_settings`.
+* **training and libraries**: :func:`digits_task`, :func:`make_classifier`, :func:`mixed_precision_plan`,
+  :func:`train_mixed_precision`, :func:`compare_runs` (a 16-bit run against float32, within a tolerance that
+  holds on every processor), :func:`training_arguments_kwargs`, :func:`library_settings`.
 
 Every function takes plain values (a dtype may be given by name: ``"float32"``, ``"bf16"``, ...) and rejects
 bad input with a ``ValueError`` or ``TypeError`` that names the argument and what is allowed.
@@ -17,8 +18,9 @@ bad input with a ``ValueError`` or ``TypeError`` that names the argument and wha
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -390,9 +392,58 @@ def timing_refusal(dtype: str | torch.dtype, device: torch.device | str | None =
     dt, dev = resolve_dtype(dtype), hardware.as_device(device)
     if dt == torch.float16 and dev.type == "cpu":
         return ("float16 is not timed on a CPU: CPUs have no fast float16 matrix units, and PyTorch's CPU float16 "
-                "matmul is 100-1000x slower than float32 (a 2048² multiply took 43 s on the course machine). "
+                "matmul is 100-1000x slower than float32 (a 2048² multiply took 43 s on a 2-core Intel Xeon). "
                 "Compare float32 with bfloat16 on a CPU, float32 with float16 on a T4.")
     return None
+
+
+#: Seconds a CPU timing may take at most (all its runs together); larger matrices are shrunk to fit.
+CPU_TIMING_BUDGET_S = 6.0
+#: Side of the small multiply that estimates how long a large one would take on a CPU.
+CPU_PROBE_SIZE = 256
+
+
+def cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: int,
+                           budget_s: float = CPU_TIMING_BUDGET_S, probe_size: int = CPU_PROBE_SIZE) -> int:
+    """The largest side from ``probe_size`` doubling up to ``size`` whose ``runs`` multiplies fit in ``budget_s``.
+
+    ``seconds_at(n)`` times one ``n x n`` multiply. Starting at ``probe_size``, each measured side predicts the
+    next: a multiply costs ``2 n**3`` operations, so doubling the side takes 8 times as long. The climb stops
+    where ``runs`` multiplies of the next side would exceed the budget. A CPU without fast 16-bit instructions
+    can be hundreds of times slower in bfloat16 than in float32; this keeps a timing cell short there, and
+    measuring each step (rather than extrapolating from the smallest) keeps a busy machine's pauses from
+    shrinking a fast multiply.
+    """
+    size = _check_size(size)
+    if not callable(seconds_at):
+        raise TypeError(f"seconds_at must be a function of the matrix side, got {type(seconds_at).__name__}")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive int, got {runs!r}")
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+    side = min(size, probe_size)
+    while side < size:
+        seconds = seconds_at(side)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"seconds_at must return a non-negative number of seconds, got {seconds!r}")
+        if runs * seconds * 8 > budget_s:
+            break
+        side *= 2
+    return min(side, size)
+
+
+def _cpu_seconds(dtype: torch.dtype) -> Callable[[int], float]:
+    """A function timing one ``n x n`` multiply in ``dtype`` on the CPU: the fastest of two, after a first call."""
+    def seconds_at(n: int) -> float:
+        a = torch.ones(n, n, dtype=dtype)
+        a @ a  # the first call of a size pays for setup
+        fastest = math.inf
+        for _ in range(2):
+            start = time.perf_counter()
+            a @ a
+            fastest = min(fastest, time.perf_counter() - start)
+        return fastest
+    return seconds_at
 
 
 def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
@@ -401,7 +452,9 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str 
 
     ``Timer.timeit`` warms up first (at least 2 untimed runs) and synchronizes a GPU before reading the clock,
     so the asynchronous CUDA launches are really finished. ``repeats`` timed runs (default: 3 on a CPU,
-    50 on a GPU) give the mean time per multiply.
+    50 on a GPU) give the mean time per multiply. On a CPU, a small multiply first predicts the time; if all
+    the runs would take more than :data:`CPU_TIMING_BUDGET_S`, smaller matrices are timed instead (see
+    :func:`cpu_size_within_budget`; the returned ``size`` says which side was timed).
     """
     from torch.utils import benchmark  # noqa: PLC0415 - imported on use: it is not needed elsewhere
 
@@ -416,6 +469,8 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str 
         raise TypeError(f"repeats must be an int, got {type(repeats).__name__}")
     if not 1 <= repeats <= 1000:
         raise ValueError(f"repeats must be between 1 and 1000, got {repeats}")
+    if dev.type == "cpu":
+        size = cpu_size_within_budget(size, _cpu_seconds(dt), repeats + 2)
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
     b = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
@@ -449,8 +504,12 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
     for t in timings:
         line = (f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
                 f"{t.tflops:8.3f} TFLOP/s ({t.gflops:,.0f} GFLOP/s)")
-        if t is not base:
-            line += f", {base.ms / t.ms:.1f}x faster than {base.dtype}"
+        if t is not base and t.size == base.size:
+            speedup = base.ms / t.ms
+            line += (f", {speedup:.1f}x faster than {base.dtype}" if speedup >= 1
+                     else f", {1 / speedup:.1f}x slower than {base.dtype}")
+        elif t is not base:  # shrunk to fit the CPU time budget: compare throughputs, not times
+            line += f", {t.tflops / base.tflops:.2f}x the throughput of {base.dtype} (a smaller matrix: too slow here)"
         peak = fraction_of_peak(t, sheet)
         if peak is not None:
             line += f", {peak:.0%} of the {sheet.name} datasheet peak"
@@ -545,14 +604,35 @@ class TrainResult:
     history: list[StepLog] = field(default_factory=list)
     test_accuracy: float = 0.0
 
-    def log_lines(self, every: int = 25) -> str:
-        """'step N: loss L, loss scale S' every ``every`` steps, plus every skipped step."""
+    @property
+    def skipped_steps(self) -> list[int]:
+        """The steps whose update the scaler skipped (its gradients overflowed)."""
+        return [log.step for log in self.history if log.skipped]
+
+    def mean_loss(self, last: int = 50) -> float:
+        """Mean training loss over the ``last`` steps (all of them when there are fewer)."""
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise ValueError(f"last must be a positive int, got {last!r}")
+        if not self.history:
+            raise ValueError("history is empty: train first")
+        tail = [log.loss for log in self.history[-last:]]
+        return sum(tail) / len(tail)
+
+    def log_lines(self, every: int = 25, losses: bool = True) -> str:
+        """'step N: loss L, loss scale S' every ``every`` steps, plus every skipped step.
+
+        ``losses=False`` leaves the losses out: the loss scale and the skipped steps are the same on every
+        processor, while the last digits of a 16-bit loss are not.
+        """
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
+        if not isinstance(losses, bool):
+            raise TypeError(f"losses must be True or False, got {type(losses).__name__}")
         lines = []
         for log in self.history:
             if log.step % every == 0 or log.step == 1 or log.skipped:
-                line = f"step {log.step:3d}: loss {log.loss:.2f}, loss scale {log.scale:,.0f}"
+                loss = f"loss {log.loss:.2f}, " if losses else ""
+                line = f"step {log.step:3d}: {loss}loss scale {log.scale:,.0f}"
                 if log.skipped:
                     line += "   <- gradients overflowed: step skipped, scale halved"
                 lines.append(line)
@@ -567,6 +647,28 @@ def accuracy(model: torch.nn.Module, task: Task) -> float:
     return (pred == task.y_test).float().mean().item()
 
 
+class MixedPrecisionPlan(NamedTuple):
+    """What the training loop will do on a device: where, in which dtype, with autocast and loss scaling or not."""
+
+    device: torch.device
+    dtype: torch.dtype
+    autocast: bool        # flag 1: 16-bit maths (False for float32)
+    loss_scaling: bool    # flag 2: GradScaler enabled (float16 only)
+
+
+def mixed_precision_plan(dtype: str | torch.dtype | None = None,
+                         device: torch.device | str | None = None) -> MixedPrecisionPlan:
+    """The decisions :func:`train_mixed_precision` takes before it allocates anything.
+
+    ``device`` None means :func:`course_utils.hardware.pick_device`; ``dtype`` None means the lesson's dtype
+    there (:func:`course_utils.hardware.autocast_dtype`: float16 on a T4, bfloat16 on Ampere+ and on CPUs).
+    Loss scaling follows :func:`course_utils.hardware.needs_loss_scaling`.
+    """
+    dev = hardware.as_device(device)
+    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    return MixedPrecisionPlan(dev, dt, dt != torch.float32, hardware.needs_loss_scaling(dt))
+
+
 def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
                           steps: int = 200, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
                           spike_at: Sequence[int] = (), spike_factor: float = 1e4,
@@ -578,8 +680,8 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
     multiplied by ``spike_factor`` before the backward pass, on purpose: with float16 and a scale of 65,536
     the gradients overflow, and the scaler skips that step and halves the scale.
     """
-    dev = hardware.as_device(device)
-    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    plan = mixed_precision_plan(dtype, device)
+    dev, dt = plan.device, plan.dtype
     lr, spike_factor = _check_real(lr, "lr"), _check_real(spike_factor, "spike_factor")
     if not 0 < lr <= 1:
         raise ValueError(f"lr must be > 0 and <= 1, got {lr}")
@@ -593,8 +695,8 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
     model = make_classifier(seed).to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
-    use_autocast = dt != torch.float32                                   # flag 1: 16-bit maths or not
-    scaler = torch.amp.GradScaler(dev.type, enabled=(dt == torch.float16))  # flag 2: loss scaling, float16 only
+    use_autocast = plan.autocast                                          # flag 1: 16-bit maths or not
+    scaler = torch.amp.GradScaler(dev.type, enabled=plan.loss_scaling)    # flag 2: loss scaling, float16 only
     result = TrainResult(dtype_name(dt), scaler.is_enabled())
     for step, (x, y) in enumerate(task.batches(steps, batch_size, seed), start=1):
         x, y = x.to(dev), y.to(dev)
@@ -610,6 +712,57 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
         result.history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
     result.test_accuracy = accuracy(model, task)
     return result
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """A 16-bit training run checked against a float32 run, within stated tolerances.
+
+    16-bit kernels sum in a different order on different processors (and thread counts), so the last digits
+    of a 16-bit loss or accuracy change from machine to machine; these checks do not.
+    """
+
+    dtype: str
+    reference_dtype: str
+    loss_difference: float      # |mean loss over the last steps, 16-bit - float32|
+    accuracy_difference: float  # |test accuracy, 16-bit - float32|, as a fraction (0.01 = 1 point)
+    loss_tolerance: float
+    accuracy_tolerance: float
+    last: int
+
+    @property
+    def same_loss(self) -> bool:
+        """The mean loss over the last steps is within ``loss_tolerance`` of float32's."""
+        return self.loss_difference <= self.loss_tolerance
+
+    @property
+    def same_accuracy(self) -> bool:
+        """The test accuracy is within ``accuracy_tolerance`` of float32's."""
+        return self.accuracy_difference <= self.accuracy_tolerance
+
+    def __str__(self) -> str:
+        return (f"{self.dtype} against {self.reference_dtype}: mean loss over the last {self.last} steps within "
+                f"{self.loss_tolerance:g}: {self.same_loss}; test accuracy within "
+                f"{100 * self.accuracy_tolerance:g} points: {self.same_accuracy}")
+
+
+def compare_runs(reference: TrainResult, other: TrainResult, last: int = 50, loss_tolerance: float = 0.05,
+                 accuracy_tolerance: float = 0.02) -> RunComparison:
+    """Compare ``other`` (a 16-bit run) with ``reference`` (float32): loss over the ``last`` steps, test accuracy.
+
+    Tolerances: ``loss_tolerance`` in loss units (0 < t <= 1), ``accuracy_tolerance`` as a fraction
+    (0 < t <= 1; 0.02 is 2 points). The defaults are far above the machine-to-machine differences of the
+    lesson's digit classifier and far below what a broken run (one that stopped learning) would give.
+    """
+    for name, value in (("loss_tolerance", loss_tolerance), ("accuracy_tolerance", accuracy_tolerance)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"{name} must be a number between 0 (exclusive) and 1, got {value!r}")
+    for name, run in (("reference", reference), ("other", other)):
+        if not isinstance(run, TrainResult):
+            raise TypeError(f"{name} must be a TrainResult, got {type(run).__name__}")
+    return RunComparison(other.dtype, reference.dtype, abs(other.mean_loss(last) - reference.mean_loss(last)),
+                         abs(other.test_accuracy - reference.test_accuracy), float(loss_tolerance),
+                         float(accuracy_tolerance), last)
 
 
 # --------------------------------------------------------------------------------------------

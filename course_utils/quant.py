@@ -479,6 +479,59 @@ def bnb_nf4_round_trip(x: torch.Tensor, block_size: int = 64) -> BnbNF4 | None:
     return BnbNF4(x_hat=x_hat, size_bytes=int(size))
 
 
+class NF4Agreement(NamedTuple):
+    """How two NF4 read-backs of the same tensor agree: ours (:func:`quantize_nf4`) and another (bitsandbytes').
+
+    ``boundary_distance`` is the largest distance, in units of the block's absmax (the scale NF4 divides by),
+    between a value read back differently and the nearest boundary between two of our levels: 0.0 when all
+    agree. A tiny distance means the two disagree only where rounding could go either way.
+    """
+
+    differing: int
+    total: int
+    boundary_distance: float
+
+    @property
+    def fraction(self) -> float:
+        """The share of values read back differently (0.0 to 1.0)."""
+        return self.differing / self.total if self.total else 0.0
+
+    def holds(self, max_fraction: float = 1e-5, max_distance: float = 1e-6) -> bool:
+        """True when at most ``max_fraction`` of the values differ, each within ``max_distance`` of a boundary."""
+        for name, value in (("max_fraction", max_fraction), ("max_distance", max_distance)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a number between 0 and 1, got {value!r}")
+        return self.fraction <= max_fraction and self.boundary_distance <= max_distance
+
+
+def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor, atol: float = 1e-4) -> NF4Agreement:
+    """Compare our NF4 of ``x`` with another NF4 read-back ``other_x_hat`` of it, value by value.
+
+    Values whose read-backs differ by more than ``atol`` count as differing. For those, the distance of
+    ``x / absmax`` (per block) from the nearest midpoint between two of ``ours``' levels is measured: two
+    correct implementations can only disagree next to such a boundary, where the seventh decimal of a level
+    or the order of a division decides.
+    """
+    x = check_tensor(x)
+    if not isinstance(ours, QuantizedTensor) or ours.codebook is None or ours.block_size is None:
+        raise TypeError("ours must be a QuantizedTensor from quantize_nf4")
+    if not isinstance(other_x_hat, torch.Tensor) or other_x_hat.shape != x.shape:
+        raise ValueError(f"other_x_hat must be a tensor of x's shape {tuple(x.shape)}")
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not 0 < atol < 1:
+        raise ValueError(f"atol must be a number between 0 and 1 (exclusive), got {atol!r}")
+    differ = ((dequantize(ours) - other_x_hat).abs() > atol).reshape(-1)
+    n_differ = int(differ.sum())
+    distance = 0.0
+    if n_differ:
+        blocks = _blocks(_compute_view(x), ours.block_size)
+        safe = torch.where(ours.scales > 0, ours.scales, torch.ones_like(ours.scales)).unsqueeze(1)
+        normalized = (blocks / safe).reshape(-1)[: x.numel()][differ]
+        levels = ours.codebook.to(normalized.device)
+        midpoints = (levels[1:] + levels[:-1]) / 2
+        distance = float((normalized.unsqueeze(1) - midpoints).abs().min(dim=1).values.max())
+    return NF4Agreement(n_differ, x.numel(), distance)
+
+
 # --------------------------------------------------------------------------------------------
 # Whole models
 # --------------------------------------------------------------------------------------------

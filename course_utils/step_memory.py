@@ -489,6 +489,19 @@ def _optimizer_scratch_bytes(sizes: Sequence[int], optimizer: str, device: str) 
     return 0 if device == "cuda" else 5 * 4 * largest
 
 
+def estimate_device_for(device: Any = None) -> str:
+    """The counter an estimate must predict to be compared with a measurement on ``device``.
+
+    ``"cuda"`` (PyTorch's allocator counter, no process baseline) for a CUDA device; ``"cpu"`` (the peak
+    resident memory of a process, baseline included) for anything else, because :mod:`course_utils.measure`
+    reads the process's memory there. ``device`` None means :func:`course_utils.hardware.pick_device`: the
+    device a measurement with ``device=None`` uses, so estimate and measurement always agree.
+    """
+    from course_utils.hardware import as_device  # noqa: PLC0415
+
+    return "cuda" if as_device(device).type == "cuda" else "cpu"
+
+
 def estimate_step(config: str | Path | Mapping[str, Any] | Architecture = "smollm2-135m", *, method: str = "lora",
                   batch: int = 8, seq: int = 128, lora_rank: int = 8,
                   targets: Sequence[str] = ("q_proj", "v_proj"), checkpointing: bool = False,
@@ -498,13 +511,16 @@ def estimate_step(config: str | Path | Mapping[str, Any] | Architecture = "smoll
 
     Same arguments as :func:`course_utils.measure.measure_training_step`. ``device``: ``"cpu"`` (peak
     resident memory of a process, baseline = the imports) or ``"cuda"`` (PyTorch's allocator counter,
-    baseline 0). ``baseline_bytes`` overrides the framework baseline.
+    baseline 0); a ``torch.device`` of either type is accepted too. To compare with a measurement, pass
+    :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the framework baseline.
     """
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {optimizer!r}")
+    if type(device).__name__ == "device" and getattr(device, "type", None) in ("cpu", "cuda"):
+        device = device.type  # a torch.device
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     _check_int("batch", batch, 1, 1_000_000)
@@ -644,19 +660,22 @@ def cli(args: argparse.Namespace) -> int:
         verdict = "fits" if est.peak_gb <= budget else "does not fit"
         print(f"  {budget:g} GB budget: {verdict} (the predicted peak is {100 * est.peak_gb / budget:.0f} % of it)")
     if args.measure:
+        from course_utils.hardware import pick_device  # noqa: PLC0415
         from course_utils.measure import measure_training_step  # noqa: PLC0415
 
+        device = pick_device()  # one decision: the estimate compared below is for the device measured
         try:
             m = measure_training_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
                                       lora_rank=args.lora_rank, targets=list(args.targets),
                                       checkpointing=bool(args.checkpointing), optimizer=args.optimizer,
-                                      timeout_s=600.0)
+                                      timeout_s=600.0, device=device)
         except (TimeoutError, RuntimeError) as err:
             return fail(f"argument --measure: {err}")
-        if m.device == "cuda":  # compare like with like: the allocator counter has no process baseline
+        if estimate_device_for(device) != est.device:  # compare like with like (a GPU's counter has no baseline)
             est = estimate_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
                                 lora_rank=args.lora_rank, targets=list(args.targets),
-                                checkpointing=bool(args.checkpointing), optimizer=args.optimizer, device="cuda")
+                                checkpointing=bool(args.checkpointing), optimizer=args.optimizer,
+                                device=estimate_device_for(device))
         print(f"measured: {m.what}")
         print(comparison_line(est.peak_bytes, m.peak_bytes))
     return 0
@@ -666,15 +685,19 @@ def cli(args: argparse.Namespace) -> int:
 # Maintainer path: the full estimate-vs-measured sweep (minutes of CPU time; not run by the notebook)
 # --------------------------------------------------------------------------------------------
 def sweep(config: str | Path | Mapping[str, Any] = "smollm2-135m", *, methods: Sequence[str] = ("full", "lora"),
-          batches: Sequence[int] = (1, 4, 8), seq: int = 128, timeout_s: float = 900.0) -> list[dict[str, Any]]:
-    """Estimate and measure every (method, batch) case; one row per case (GB, %, seconds)."""
+          batches: Sequence[int] = (1, 4, 8), seq: int = 128, timeout_s: float = 900.0,
+          device: Any = None) -> list[dict[str, Any]]:
+    """Estimate and measure every (method, batch) case on ``device`` (None: the GPU if there is one, else the
+    CPU); one row per case (GB, %, seconds). Each estimate is for the counter the measurement reads."""
+    from course_utils.hardware import as_device  # noqa: PLC0415
     from course_utils.measure import measure_training_step  # noqa: PLC0415
 
+    dev = as_device(device)  # one decision for estimates and measurements
     rows = []
     for method in methods:
         for batch in batches:
-            est = estimate_step(config, method=method, batch=batch, seq=seq)
-            m = measure_training_step(config, method=method, batch=batch, seq=seq, timeout_s=timeout_s)
+            est = estimate_step(config, method=method, batch=batch, seq=seq, device=estimate_device_for(dev))
+            m = measure_training_step(config, method=method, batch=batch, seq=seq, timeout_s=timeout_s, device=dev)
             rows.append({"method": method, "batch": batch, "seq": seq, "estimate_gb": est.peak_gb,
                          "measured_gb": m.peak_gb, "error_pct": error_percent(est.peak_bytes, m.peak_bytes),
                          "dynamic_estimate_gb": (est.peak_bytes - est.fixed_bytes) / GB,

@@ -1,17 +1,21 @@
-"""Three more memory tricks, measured: gradient checkpointing, 8-bit AdamW, torch.compile (and bf16, accumulation).
+"""Three more memory tricks, measured: gradient checkpointing, 8-bit AdamW, torch.compile (and 16-bit autocast,
+accumulation).
 
 * :data:`TRICKS` - each trick as one change to a training step, next to the seed's claim about it.
 * :func:`measure_tricks` - one measured training step per trick (each in its own bounded child process on a
-  CPU, see :mod:`course_utils.measure`), compared with a baseline step; :func:`verdict` says whether this
-  machine bears the claim out, and if not, why (using the step estimate of :mod:`course_utils.step_memory`).
+  CPU, see :mod:`course_utils.measure`), compared with a baseline step and with the step estimate of
+  :mod:`course_utils.step_memory` *for the same device*; :func:`verdict` says whether this machine bears the
+  claim out, and if not, why.
 * :func:`memory_efficient_training_arguments` - the seed's ``TrainingArguments``, built for this machine,
-  with every line explained and every change from the seed listed.
+  with every line explained and every change from the seed listed. Its 16-bit choice (bf16 or fp16) comes
+  from :mod:`course_utils.hardware`, like every dtype and device decision in this module.
 * :data:`COMPARISON` and :func:`what_is_my_bottleneck` - the module's closing table, and a helper that names
   what does not fit a memory budget and which trick moves it under, at what estimated cost in time.
 """
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -38,7 +42,9 @@ TRICKS: dict[str, Trick] = {t.key: t for t in (
     Trick("baseline", "baseline (float32, AdamW)", {}, "the reference step"),
     Trick("checkpointing", "gradient checkpointing", {"checkpointing": True},
           "~50 % memory reduction at ~30 % speed cost", memory_ratio=0.5, time_ratio=(1.3, 1.3)),
-    Trick("bf16", "bf16 autocast", {"autocast": "bf16"},
+    # The key keeps the claim's name; the dtype is the device's ("auto": bfloat16 on a CPU or Ampere+, float16
+    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure.step_precision.
+    Trick("bf16", "16-bit autocast (bf16; fp16 on a T4)", {"autocast": "auto"},
           "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost",
           time_ratio=(0.5, 0.5)),
     Trick("adamw8bit", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw8bit"},
@@ -92,6 +98,8 @@ class TrickResult:
     trained_params: int | None = None
     estimate_bytes: int | None = None
     estimate_moment: str | None = None
+    estimate_device: str | None = None  # the counter the estimate predicts: "cpu" (process) or "cuda" (allocator)
+    device: str | None = None  # the device the step was measured on (or would have been, when skipped)
     skipped: str | None = None
     measurement: Any = None
 
@@ -116,44 +124,55 @@ def trick_kwargs(key: str, base: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: str = "cpu") -> Any:
-    """The :class:`~course_utils.step_memory.StepEstimate` for the same keyword arguments as a measurement."""
-    from course_utils.step_memory import estimate_step  # noqa: PLC0415
+def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> Any:
+    """The :class:`~course_utils.step_memory.StepEstimate` for the same keyword arguments as a measurement.
+
+    ``device`` is the device the step is (or would be) measured on: a CUDA device gives the allocator
+    counter's estimate (no process baseline), anything else the CPU process's; None means
+    :func:`course_utils.hardware.pick_device`, the device :func:`measure_tricks` measures on by default.
+    """
+    from course_utils.step_memory import estimate_device_for, estimate_step  # noqa: PLC0415
 
     keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
-    return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=device,
+    return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=estimate_device_for(device),
                          **{k: kwargs[k] for k in keys if k in kwargs})
 
 
-def estimate_for(kwargs: Mapping[str, Any], config: Any, device: str = "cpu") -> int:
-    """The predicted peak (bytes) for the same keyword arguments (CPU: this course's process baseline)."""
+def estimate_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> int:
+    """The predicted peak (bytes) for the same keyword arguments, on ``device`` (see :func:`estimate_step_for`)."""
     return estimate_step_for(kwargs, config, device).peak_bytes
 
 
 def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None = None,
                    keys: Sequence[str] = tuple(TRICKS), *, timeout_s: float = 300.0,
-                   compile_timeout_s: float = 240.0) -> list[TrickResult]:
-    """Measure one training step per trick (``baseline`` first). A trick that fails or runs past its time
-    limit is returned with ``skipped`` set to the reason instead of stopping the others."""
+                   compile_timeout_s: float = 240.0, device: Any = None) -> list[TrickResult]:
+    """Measure one training step per trick (``baseline`` first) on ``device``, next to its estimate for that
+    same device. ``device`` None means :func:`course_utils.hardware.pick_device`, decided once for the
+    estimates and the measurements. A trick that fails or runs past its time limit (``compile_timeout_s``
+    for ``torch.compile``, on a GPU too) is returned with ``skipped`` set to the reason instead of stopping
+    the others."""
+    from course_utils.hardware import as_device  # noqa: PLC0415
     from course_utils.measure import measure_training_step  # noqa: PLC0415
+    from course_utils.step_memory import estimate_device_for  # noqa: PLC0415
 
     base = dict(base or {"method": "full", "batch": 4, "seq": 128})
+    dev = as_device(device)  # the one device decision: estimates below are for the device measured
     out = []
     for key in keys:
         trick = TRICKS[key] if key in TRICKS else None
         if trick is None:
             raise ValueError(f"keys: unknown trick {key!r}; known: {', '.join(TRICKS)}")
         kwargs = trick_kwargs(key, base)
-        row = TrickResult(key, trick.label, trick.claim)
+        row = TrickResult(key, trick.label, trick.claim, device=str(dev), estimate_device=estimate_device_for(dev))
         try:
-            est = estimate_step_for(kwargs, config)
+            est = estimate_step_for(kwargs, config, dev)
         except (ValueError, TypeError):
             est = None
         else:
             row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
         limit = compile_timeout_s if key == "compile" else timeout_s
         try:
-            m = measure_training_step(config, timeout_s=limit, **kwargs)
+            m = measure_training_step(config, timeout_s=limit, device=dev, **kwargs)
         except TimeoutError:
             row.skipped = f"skipped: did not finish within its {limit:g} s budget on this machine"
         except RuntimeError as err:
@@ -206,14 +225,19 @@ def verdict(row: TrickResult, baseline: TrickResult) -> str:
                              "operations); noisy timings can also hide a gain")
         return f"{said} ({ratio:.2f}x speed){extra}{why}"
     if row.key == "bf16":
-        where = ("on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)" if row.measurement is not None
-                 and getattr(row.measurement, "device", "cpu") == "cuda" else
-                 "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions")
+        dtype = getattr(row.measurement, "autocast", None) or "bfloat16"
+        on_gpu = str(getattr(row.measurement, "device", row.device or "cpu")).startswith("cuda")
+        if on_gpu and dtype == "float16":
+            where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
+        elif on_gpu:
+            where = "on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)"
+        else:
+            where = "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions"
         if mem > 0.9:
-            return (f"{said} ({where}). The peak did not halve: autocast keeps a bfloat16 copy of every weight on "
+            return (f"{said} ({where}). The peak did not halve: autocast keeps a {dtype} copy of every weight on "
                     "the gradient's path until backward, and the loss is still computed in float32 over the "
                     "vocabulary")
-        return f"{said} ({where}); activations are stored in bfloat16"
+        return f"{said} ({where}); activations are stored in {dtype}"
     if row.key == "accumulation":
         if mem < 0.97:
             return (f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations")
@@ -258,47 +282,80 @@ SEED_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: int | None = None,
-                                        cuda: bool | None = None) -> tuple[Any, list[str]]:
-    """The seed's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
+#: The seed's warm-up, as a share of the optimizer steps.
+WARMUP_SHARE = 0.03
 
-    Changes always made: ``warmup_ratio`` is written ``warmup_steps=0.03`` (transformers 5 removed
-    ``warmup_ratio``; a float below 1 is read as a ratio), and ``gradient_checkpointing`` is spelled
-    ``activation_checkpointing`` where transformers has the new name. For a short demo (``max_steps`` given) checkpoints
-    are not saved and the run stops after ``max_steps``. Without CUDA: ``disable_tqdm`` (no progress bar on
-    stderr), ``report_to="none"``, ``use_cpu=True``; ``bf16`` stays on when the CPU supports bfloat16
-    autocast; ``optim="adamw_8bit"`` stays when bitsandbytes imports.
+
+def _training_arguments_fields() -> set[str]:
+    """The names ``transformers.TrainingArguments`` accepts in the installed version (nothing is built)."""
+    import dataclasses  # noqa: PLC0415
+
+    from transformers import TrainingArguments  # noqa: PLC0415
+
+    return {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+
+
+def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = None, device: Any = None,
+                            bitsandbytes: bool = True, cpu_bf16: bool = True,
+                            fields: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The keyword arguments of the seed's ``TrainingArguments`` for ``device``, and the list of changes.
+
+    Decides only (nothing is built or allocated), so every branch can be tested on any machine:
+
+    * 16-bit: :func:`course_utils.hardware.autocast_dtype` decides. CUDA with native bfloat16 (compute
+      capability >= 8.0): ``bf16=True`` as in the seed. A T4 (7.5, bfloat16 only emulated): ``bf16=False,
+      fp16=True`` (float16 autocast; the Trainer adds loss scaling). CPU: ``bf16`` stays when the CPU supports
+      bfloat16 autocast (``cpu_bf16``), plus ``use_cpu=True``, ``disable_tqdm=True``, ``report_to="none"``.
+    * Warm-up: transformers 4 has ``warmup_ratio`` and wants an *integer* ``warmup_steps``; transformers 5
+      removed ``warmup_ratio`` and reads a float below 1 in ``warmup_steps`` as a ratio. With ``max_steps``
+      the count ``ceil(0.03 x max_steps)`` is written, valid in both; without it, the ratio in the spelling the
+      installed version accepts.
+    * ``gradient_checkpointing`` is spelled ``activation_checkpointing`` where transformers has the new name.
+    * ``optim="adamw_8bit"`` becomes ``"adamw_torch"`` without a working bitsandbytes 8-bit AdamW
+      (``bitsandbytes=False``: not installed, or a version with no CPU optimizer).
+
+    ``fields`` are the accepted names (default: the installed ``TrainingArguments``'s).
     """
-    import inspect  # noqa: PLC0415
-
     import torch  # noqa: PLC0415
 
-    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
-
-    bnb = import_bitsandbytes()  # first: transformers may import it, and its CPU notice would reach stderr
-    from transformers import TrainingArguments  # noqa: PLC0415
+    from course_utils.hardware import as_device, autocast_dtype  # noqa: PLC0415
 
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
-    if cuda is None:
-        cuda = torch.cuda.is_available()
+    dev = as_device(device)
+    fields = _training_arguments_fields() if fields is None else set(fields)
     kwargs = {name: value for name, value, _ in SEED_TRAINING_ARGUMENTS}
     kwargs["output_dir"] = str(output_dir)
-    changes = ["warmup_ratio=0.03 -> warmup_steps=0.03: transformers 5 removed warmup_ratio "
-               "(a float below 1 is read as a share of the steps)"]
-    kwargs["warmup_steps"] = kwargs.pop("warmup_ratio")
-    if "activation_checkpointing" in inspect.signature(TrainingArguments).parameters:
+    changes = []
+    ratio = kwargs.pop("warmup_ratio")
+    if max_steps is not None:
+        kwargs["warmup_steps"] = math.ceil(ratio * max_steps)
+        changes.append(f"warmup_ratio={ratio} -> warmup_steps={kwargs['warmup_steps']}: 3 % of {max_steps} steps, "
+                       "rounded up; an integer count means the same in transformers 4 and 5 (5 removed "
+                       "warmup_ratio)")
+    elif "warmup_ratio" in fields:
+        kwargs["warmup_ratio"] = ratio
+    else:
+        kwargs["warmup_steps"] = ratio
+        changes.append(f"warmup_ratio={ratio} -> warmup_steps={ratio}: transformers 5 removed warmup_ratio "
+                       "(a float below 1 is read as a share of the steps)")
+    if "activation_checkpointing" in fields:
         kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
         changes.append("gradient_checkpointing=True -> activation_checkpointing=True: the new name in "
                        "transformers 5 (the old one still works until v6, with a FutureWarning)")
-    if bnb is None:
+    if not bitsandbytes:
         kwargs["optim"] = "adamw_torch"
-        changes.append("optim='adamw_8bit' -> 'adamw_torch': bitsandbytes is not installed here")
-    if not cuda:
+        changes.append("optim='adamw_8bit' -> 'adamw_torch': no bitsandbytes 8-bit AdamW for this device here "
+                       "(not installed, or a version without a CPU optimizer)")
+    if dev.type == "cuda":
+        if autocast_dtype(dev) == torch.float16:
+            kwargs.update(bf16=False, fp16=True)
+            changes.append("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below "
+                           "8.0, e.g. a T4); float16 autocast, with the loss scaling the Trainer adds")
+    else:
         kwargs.update(use_cpu=True, disable_tqdm=True, report_to="none")
         changes.append("use_cpu=True, disable_tqdm=True, report_to='none': no GPU; no progress bar on stderr; "
                        "no experiment tracker")
-        cpu_bf16 = _cpu_supports_bf16()
         if not cpu_bf16:
             kwargs["bf16"] = False
             changes.append("bf16=True -> False: this CPU has no bfloat16 autocast support")
@@ -306,7 +363,46 @@ def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: in
         kwargs.update(max_steps=max_steps, save_strategy="no", logging_steps=1)
         changes.append(f"max_steps={max_steps}, save_strategy='no', logging_steps=1: a short demo run that "
                        "writes no checkpoint and logs every step")
-    return TrainingArguments(**kwargs), changes
+    return kwargs, changes
+
+
+def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: int | None = None,
+                                        device: Any = None, cuda: bool | None = None) -> tuple[Any, list[str]]:
+    """The seed's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
+
+    ``device`` None means :func:`course_utils.hardware.pick_device`; ``cuda`` (older spelling) True/False
+    means ``"cuda"``/``"cpu"``. Every decision is :func:`training_arguments_plan`'s: ``bf16`` on a CPU (where
+    supported) and on Ampere-or-newer GPUs, ``fp16`` on a T4; warm-up and checkpointing spelled for the installed
+    transformers; for a short demo (``max_steps`` given) no checkpoints are saved.
+    """
+    from course_utils.measure import quiet_libraries  # noqa: PLC0415
+
+    if cuda is not None:
+        if not isinstance(cuda, bool):
+            raise TypeError(f"cuda must be True, False or None, got {type(cuda).__name__}")
+        if device is not None:
+            raise ValueError("give device or cuda, not both")
+        device = "cuda" if cuda else "cpu"
+    with quiet_libraries():  # bitsandbytes first: transformers may import it, and its CPU notice reaches stderr
+        from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+
+        bnb = import_bitsandbytes()
+        from transformers import TrainingArguments  # noqa: PLC0415
+
+        from course_utils.hardware import as_device  # noqa: PLC0415
+        from course_utils.measure import adamw8bit_available  # noqa: PLC0415
+
+        dev = as_device(device)  # decided once, for the plan and the optimizer check
+        # on a CUDA GPU bitsandbytes has its fused kernel; elsewhere (CPU) try one 8-bit step first
+        eight_bit = bnb is not None and (dev.type == "cuda" or adamw8bit_available(dev))
+        kwargs, changes = training_arguments_plan(output_dir, max_steps=max_steps, device=dev,
+                                                  bitsandbytes=eight_bit, cpu_bf16=_cpu_supports_bf16())
+        return TrainingArguments(**kwargs), changes
+
+
+def checkpointing_enabled(args: Any) -> bool:
+    """Whether ``TrainingArguments`` switch activation (gradient) checkpointing on, in transformers 4 or 5."""
+    return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", False))
 
 
 def _cpu_supports_bf16() -> bool:
@@ -328,22 +424,22 @@ def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: 
 
     import torch  # noqa: PLC0415
 
-    from course_utils.measure import _quiet_libraries, build_model, load_config, track_peak  # noqa: PLC0415
+    from course_utils.measure import build_model, load_config, quiet_libraries, track_peak  # noqa: PLC0415
 
-    _quiet_libraries()  # silences bitsandbytes and transformers before they print anything
-    from transformers import Trainer  # noqa: PLC0415
-    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
-    cfg, name = load_config(config)
-    model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
-    gen = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
-    data = [{"input_ids": row, "labels": row} for row in ids]
-    trainer = Trainer(model=model, args=args, train_dataset=data)
-    trainer.remove_callback(PrinterCallback)
-    start = time.perf_counter()
-    with track_peak() as peak:
-        result = trainer.train()
-    seconds = time.perf_counter() - start
+    with quiet_libraries():  # silences bitsandbytes and transformers while they work; restored afterwards
+        from transformers import Trainer  # noqa: PLC0415
+        from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
+        cfg, name = load_config(config)
+        model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
+        gen = torch.Generator().manual_seed(seed + 1)
+        ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
+        data = [{"input_ids": row, "labels": row} for row in ids]
+        trainer = Trainer(model=model, args=args, train_dataset=data)
+        trainer.remove_callback(PrinterCallback)
+        start = time.perf_counter()
+        with track_peak(args.device) as peak:
+            result = trainer.train()
+        seconds = time.perf_counter() - start
     losses = [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h]
     return {"losses": losses, "steps": result.global_step, "seconds": seconds, "peak": peak, "config": name}
 
@@ -434,9 +530,11 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
     Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
     examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
     on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
-    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they
-    are frozen; checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device``
-    ``"cuda"`` compares against the allocator counter (no process baseline), ``"cpu"`` includes it.
+    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the
+    arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they are frozen;
+    checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device`` ``"cuda"``
+    compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
+    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number.)
     """
     from course_utils.step_memory import METHODS, estimate_step  # noqa: PLC0415
 

@@ -18,8 +18,9 @@ The first markdown cell gets the Colab badge and the prev/next links stamped und
 
 Usage (from the repo root, with the course environment):
 
-    python scripts/build_notebooks.py            # build every notebook (no outputs)
     python scripts/build_notebooks.py --execute  # build and execute top to bottom on CPU, save outputs
+    python scripts/build_notebooks.py            # build without outputs: only where no executed notebook exists
+    python scripts/build_notebooks.py --no-outputs 02_mixed_precision   # overwrite an executed one, outputs dropped
     python scripts/build_notebooks.py --execute 02_mixed_precision   # one notebook
     python scripts/build_notebooks.py --check    # exit 1 if a committed notebook drifted from its source
 """
@@ -57,22 +58,58 @@ EXEC_ENV = {
 
 
 def setup_cell_source(extras: list[str]) -> str:
-    """The standard first code cell: install on Colab only, then print versions and hardware."""
-    extras_list = ", ".join(repr(e) for e in extras)
+    """The standard first code cell: install on Colab only, then print versions, hardware and version notes.
+
+    Its logic is unit-tested by executing this text with a fake pip (tests/test_setup_cell.py).
+    """
+    needs = {name: about.SUPPORTED[name][0] for name in about.COLAB_INSTALLS}
+    needs.update({name: "0" for name in extras if name not in needs})
+    needs_text = ", ".join(f"{name!r}: {floor!r}" for name, floor in needs.items())
     return f'''# Setup. nbval-ignore-output: versions and hardware differ from machine to machine.
-# On Colab this installs the course helpers and bitsandbytes. It never installs torch: Colab's own CUDA build stays.
-import importlib.util, os, subprocess, sys
+# On Colab: install the course helpers at the version this notebook was built with, plus {", ".join(needs)}
+# where missing or too old. Never torch or transformers: Colab's own builds stay. To install the helpers from
+# a fork or a mirror, set {about.SOURCE_ENV} first, e.g. %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main
+import importlib.metadata, os, subprocess, sys
 
-def _missing(name):
+HELPERS = os.environ.get("{about.SOURCE_ENV}") or "{about.install_spec()}"
+NEEDS = {{{needs_text}}}  # package: oldest version the course works with
+
+
+class SetupFailed(Exception):
+    def _render_traceback_(self):  # Jupyter shows this one message instead of a traceback
+        return [f"Setup failed: {{self}}"]
+
+
+def on_colab():
+    return any(k.startswith("COLAB_") for k in os.environ) or "google.colab" in sys.modules
+
+
+def too_old(name, floor):
     try:
-        return importlib.util.find_spec(name) is None
-    except ModuleNotFoundError:
+        have = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
         return True
+    as_ints = lambda v: [int(p) for p in v.split("+")[0].split(".")[:3] if p.isdigit()]
+    return as_ints(have) < as_ints(floor)
 
-if any(k.startswith("COLAB_") for k in os.environ) or not _missing("google.colab"):
-    pip = [sys.executable, "-m", "pip", "install", "-q"]
-    subprocess.run(pip + ["--no-deps", "{about.install_spec()}"], check=True)
-    subprocess.run(pip + ["bitsandbytes"] + [p for p in [{extras_list}] if _missing(p)], check=True)
+
+def pip_install(*args, what):
+    keep = os.path.join(os.path.expanduser("~"), ".course-keep.txt")  # pip may not touch these two
+    with open(keep, "w") as f:
+        f.writelines(f"{{n}}=={{importlib.metadata.version(n)}}\\n" for n in ("torch", "transformers") if not too_old(n, "0"))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", keep, *args],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SetupFailed(f"pip could not install {{what}} ({{why}}). Check that the runtime has internet; to "
+                          f"use a fork or a mirror, set {about.SOURCE_ENV} (see the comment above) and run this cell again.")
+
+
+if on_colab():
+    pip_install("--no-deps", HELPERS, what=f"the course helpers from {{HELPERS}}")
+    missing = [f"{{name}}>={{floor}}" for name, floor in NEEDS.items() if too_old(name, floor)]
+    if missing:
+        pip_install(*missing, what=", ".join(missing))
 
 from course_utils.hardware import setup_report
 print(setup_report())'''
@@ -155,6 +192,12 @@ def sources_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
     return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
 
 
+def has_outputs(path: Path) -> bool:
+    """True when the notebook at ``path`` holds any executed code cell."""
+    nb = nbformat.read(path, as_version=4)
+    return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count")) for c in nb.cells)
+
+
 def execute(nb: nbformat.NotebookNode, timeout: int) -> nbformat.NotebookNode:
     """Run ``nb`` top to bottom in a fresh kernel of this Python, on CPU, offline."""
     from nbclient import NotebookClient
@@ -196,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="notebook stems, e.g. 01_quantization (default: all)")
     parser.add_argument("--execute", action="store_true", help="execute and save outputs")
     parser.add_argument("--check", action="store_true", help="fail if a notebook drifted from its source")
+    parser.add_argument("--no-outputs", action="store_true",
+                        help="write notebooks without outputs even over executed ones (nbval will then fail)")
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     args = parser.parse_args(argv)
 
@@ -216,6 +261,19 @@ def main(argv: list[str] | None = None) -> int:
             if not target.exists() or sources_of(nbformat.read(target, as_version=4)) != sources_of(fresh):
                 print(f"DRIFT: {target.relative_to(ROOT)} differs from notebooks/src/{stem}.py; rebuild it")
                 status = 1
+            continue
+        if not args.execute and not args.no_outputs and target.exists() and has_outputs(target):
+            print(f"kept {target.relative_to(ROOT)}: it holds executed outputs, which nbval compares. "
+                  f"Use --execute to rebuild it with fresh outputs (or --no-outputs to drop them)")
+            status = max(status, 1)
+            continue
+        if args.execute and len(stems) > 1:
+            # One process per notebook: a second NotebookClient in the same process was seen to stall for
+            # the whole cell timeout after the first one finished.
+            import subprocess  # noqa: PLC0415
+
+            done = subprocess.run([sys.executable, __file__, "--execute", "--timeout", str(args.timeout), stem])
+            status = max(status, done.returncode)
             continue
         if args.execute:
             start = time.perf_counter()

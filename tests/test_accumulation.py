@@ -160,17 +160,47 @@ def test_activation_memory_grows_with_the_micro_batch() -> None:
     assert m16 == 16 * 4 * (256 + 2 * 2 * 32 + 1 + 1)
 
 
-def test_cuda_peak_is_measured_above_the_start(monkeypatch) -> None:
-    calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1_000)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 5_000)
+def test_cuda_reading_is_taken_after_forward_before_backward(monkeypatch) -> None:
+    """On CUDA the activations are read between forward and backward: no weight-gradient temporaries."""
+    events: list[str] = []
+    allocated = iter([1_000, 4_000])  # before the forward pass, after it (graph alive)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: (events.append("read"), next(allocated))[1])
     lin = torch.nn.Linear(2, 1)
-    measured = acc._cuda_peak_bytes(lambda: lin(torch.ones(1, 2)).sum(), torch.device("cuda", 0))
-    assert measured == 4_000
-    assert calls == ["sync", "reset", "sync"]
-    assert "CUDA peak" in acc.MEMORY_METHODS["cuda"]
+
+    def step() -> torch.Tensor:
+        events.append("forward")
+        return lin(torch.ones(1, 2)).sum()
+
+    measured = acc._cuda_forward_bytes(step, torch.device("cuda", 0))
+    assert measured == 3_000
+    assert events == ["sync", "read", "forward", "sync", "read"]
+    assert lin.weight.grad is not None  # backward ran after the reading
+    assert "before backward" in acc.MEMORY_METHODS["cuda"]
+
+
+def test_proportion_check() -> None:
+    def row(size: int, nbytes: int) -> acc.MicroBatchRow:
+        return acc.MicroBatchRow(size, 64 // size, True, 0.0, nbytes, 0.01, "test")
+
+    proportional = [row(1, 1_000), row(8, 8_000), row(64, 64_000)]
+    check = acc.proportion_check(proportional)
+    assert check.holds and check.spread == 0.0
+    assert "equal within 25%" in str(check) and str(check).endswith("True")
+    # a fixed 1 MB of weight-gradient temporaries in every reading: small micro-batches look far too big
+    with_fixed = [row(r.micro_batch_size, r.activation_bytes + 1_000_000) for r in proportional]
+    assert not acc.proportion_check(with_fixed).holds
+    with pytest.raises(ValueError, match="rtol"):
+        acc.proportion_check(proportional, rtol=0)
+    with pytest.raises(ValueError, match="rows"):
+        acc.proportion_check([])
+
+
+def test_memory_method_by_device() -> None:
+    assert acc.memory_method("cpu") == "cpu"
+    assert acc.memory_method("cuda:0") == "cuda"
+    with pytest.raises(ValueError, match="device"):
+        acc.memory_method("gpu")
 
 
 def test_cpu_threads_restores_the_setting() -> None:

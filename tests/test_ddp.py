@@ -88,3 +88,13 @@ def test_accumulate_on_rank_source_shows_no_sync() -> None:
 
     src = inspect.getsource(ddp.accumulate_on_rank)
     assert "no_sync()" in src and "/ accumulation_steps" in src
+
+
+def test_pick_backend_and_rank_device_on_this_machine() -> None:
+    expected = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "gloo"
+    assert ddp.pick_backend(world_size=2) == expected
+    assert ddp.rank_device(3, "gloo") == torch.device("cpu")
+    with pytest.raises(ValueError, match="world_size"):
+        ddp.pick_backend(world_size=0)
+    with pytest.raises(ValueError, match="rank"):
+        ddp.rank_device(-1, "nccl")

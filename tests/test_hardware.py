@@ -44,8 +44,9 @@ def test_datasheet_lookup(name: str, key: str) -> None:
 
 
 def test_datasheet_lookup_does_not_confuse_similar_names() -> None:
-    assert hardware.datasheet_for("NVIDIA L40S") is None
-    assert hardware.datasheet_for("NVIDIA GeForce RTX 3090") is None
+    assert hardware.datasheet_key("NVIDIA L40S") == "L40S"  # not the L4
+    assert hardware.datasheet_key("NVIDIA L4") == "L4"
+    assert hardware.datasheet_for("NVIDIA GeForce RTX 3090 Ti") is None  # not the 3090
 
 
 def test_seed_h100_figures() -> None:

@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from course_utils import memory as mem
 
@@ -337,8 +338,14 @@ def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
 
 
 def test_time_frozen_layer_small() -> None:
-    times = mem.time_frozen_layer(32, 48, 16, min_run_time=0.01)
+    times = mem.time_frozen_layer(32, 48, 16, min_run_time=0.01, device="cpu")
     assert {"float32", "bfloat16"} <= set(times) and all(t > 0 for t in times.values())
+
+
+def test_frozen_layer_plan_on_a_cpu_uses_bfloat16() -> None:
+    plan = mem.frozen_layer_plan("cpu")
+    assert [label for label, _, _ in plan] == ["float32", "bfloat16", "4-bit NF4"]
+    assert plan[2][2] == torch.bfloat16  # NF4 computes in the device's 16-bit dtype
 
 
 @pytest.mark.parametrize("kwargs,error,match", [({"tokens": 0}, ValueError, "tokens"),

@@ -372,3 +372,96 @@ def test_formats_table_and_cast_table() -> None:
         precision.cast_table([1.0], dtypes=("int4",))
     with pytest.raises(TypeError, match="values"):
         precision.cast_table(["big"])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------------------------------- checks that hold on any CPU
+def _result(dtype: str, losses: list[float], accuracy: float) -> precision.TrainResult:
+    history = [precision.StepLog(i + 1, loss, 1.0, False) for i, loss in enumerate(losses)]
+    return precision.TrainResult(dtype, False, history, accuracy)
+
+
+def test_compare_runs_within_tolerance() -> None:
+    full = _result("float32", [2.3, 0.5, 0.10, 0.08], 0.950)
+    mixed = _result("bfloat16", [2.3, 0.5, 0.11, 0.07], 0.953)
+    check = precision.compare_runs(full, mixed, last=2)
+    assert check.same_loss and check.same_accuracy
+    assert check.loss_difference == pytest.approx(0.0, abs=1e-12)
+    assert check.accuracy_difference == pytest.approx(0.003)
+    assert str(check) == ("bfloat16 against float32: mean loss over the last 2 steps within 0.05: True; "
+                          "test accuracy within 2 points: True")
+    broken = _result("bfloat16", [2.3, 2.3, 2.3, 2.3], 0.10)
+    check = precision.compare_runs(full, broken, last=2)
+    assert not check.same_loss and not check.same_accuracy
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"loss_tolerance": 0}, ValueError, "loss_tolerance"), ({"accuracy_tolerance": 2.0}, ValueError, "accuracy_tolerance"),
+    ({"last": 0}, ValueError, "last"),
+])
+def test_compare_runs_bad_input(kwargs, exc, match) -> None:
+    run = _result("float32", [1.0, 0.5], 0.9)
+    with pytest.raises(exc, match=match):
+        precision.compare_runs(run, run, **kwargs)
+    with pytest.raises(TypeError, match="reference"):
+        precision.compare_runs("float32", run)
+
+
+def test_mean_loss_and_skipped_steps() -> None:
+    result = precision.TrainResult("float16", True, [precision.StepLog(1, 2.0, 65536.0, False),
+                                                     precision.StepLog(2, 1.0, 32768.0, True)], 0.5)
+    assert result.mean_loss(1) == 1.0 and result.mean_loss(50) == 1.5
+    assert result.skipped_steps == [2]
+    assert result.log_lines(every=1, losses=False) == ("step   1: loss scale 65,536\n"
+                                                       "step   2: loss scale 32,768   <- gradients overflowed: "
+                                                       "step skipped, scale halved")
+    with pytest.raises(ValueError, match="history"):
+        precision.TrainResult("float32", False).mean_loss()
+    with pytest.raises(TypeError, match="losses"):
+        result.log_lines(losses="no")
+
+
+def test_mixed_precision_plan_on_cpu() -> None:
+    plan = precision.mixed_precision_plan(device="cpu")
+    assert plan == (torch.device("cpu"), torch.bfloat16, True, False)
+    assert precision.mixed_precision_plan("float16", "cpu").loss_scaling is True
+    with pytest.raises(ValueError, match="dtype"):
+        precision.mixed_precision_plan("int8", "cpu")
+
+
+def test_timing_refusal_names_a_fixed_machine() -> None:
+    text = precision.timing_refusal("float16", "cpu")
+    assert "2-core Intel Xeon" in text and "course machine" not in text
+
+
+def test_cpu_size_within_budget() -> None:
+    def cubic(seconds_at_256: float):
+        return lambda n: seconds_at_256 * (n / 256) ** 3
+
+    # 1 ms per 256² predicts 0.5 s per 2048²: 5 runs take 2.6 s, within 20 s
+    assert precision.cpu_size_within_budget(2048, cubic(0.001), runs=5, budget_s=20) == 2048
+    # 32 s per 1024² (bfloat16 on a CPU without 16-bit instructions): 5 x 4 s at 512 fit in 20 s, 1024 does not
+    assert precision.cpu_size_within_budget(2048, cubic(0.5), runs=5, budget_s=20) == 512
+    assert precision.cpu_size_within_budget(2048, cubic(0.5), runs=5, budget_s=10) == 256
+    assert precision.cpu_size_within_budget(128, cubic(10.0), runs=5) == 128  # never grows past the request
+    # a pause at the smallest side does not shrink a fast multiply: each side is measured, not extrapolated
+    paused = {256: 0.05, 512: 0.002, 1024: 0.015}
+    assert precision.cpu_size_within_budget(2048, paused.__getitem__, runs=5, budget_s=20) == 2048
+    with pytest.raises(ValueError, match="seconds_at"):
+        precision.cpu_size_within_budget(2048, lambda n: -1.0, runs=5)
+    with pytest.raises(TypeError, match="seconds_at"):
+        precision.cpu_size_within_budget(2048, 0.1, runs=5)
+    with pytest.raises(ValueError, match="runs"):
+        precision.cpu_size_within_budget(2048, cubic(0.1), runs=0)
+
+
+def test_timing_report_compares_throughput_when_sizes_differ() -> None:
+    fp32 = precision.MatmulTiming(2048, "float32", "cpu", 100.0, 0.17)
+    bf16 = precision.MatmulTiming(256, "bfloat16", "cpu", 500.0, 0.000067)
+    report = precision.timing_report([fp32, bf16])
+    assert "x the throughput of float32 (a smaller matrix" in report and "faster" not in report
+
+
+def test_timing_report_says_slower_when_16_bit_is_slower() -> None:
+    fp32 = precision.MatmulTiming(2048, "float32", "cpu", 100.0, 0.17)
+    bf16 = precision.MatmulTiming(2048, "bfloat16", "cpu", 400.0, 0.043)
+    assert "4.0x slower than float32" in precision.timing_report([fp32, bf16])

@@ -364,6 +364,43 @@ def test_nf4_matches_bitsandbytes(big: torch.Tensor) -> None:
     assert quant.mean_abs_error(x, theirs.x_hat) == pytest.approx(quant.mean_abs_error(x, ours), rel=1e-4)
 
 
+@pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")
+def test_nf4_agreement_with_bitsandbytes(big: torch.Tensor) -> None:
+    x = big[:512]
+    ours = quant.quantize_nf4(x, 64)
+    agreement = quant.nf4_agreement(x, ours, quant.bnb_nf4_round_trip(x, 64).x_hat)
+    assert agreement.total == x.numel() and agreement.differing <= 5
+    assert agreement.boundary_distance < 1e-6 and agreement.holds(max_fraction=1e-5, max_distance=1e-6)
+
+
+def test_nf4_agreement_measures_distance_to_a_boundary() -> None:
+    levels = quant.nf4_levels()
+    midpoint = float((levels[8] + levels[9]) / 2)  # between 0 and the first positive level
+    x = torch.tensor([1.0, midpoint + 1e-3] + [0.0] * 62)  # one block of 64, absmax 1
+    ours = quant.quantize_nf4(x, 64)
+    assert quant.nf4_agreement(x, ours, quant.dequantize(ours)) == (0, 64, 0.0)
+    other = quant.dequantize(ours).clone()
+    other[1] = levels[8]  # the other side of the boundary
+    agreement = quant.nf4_agreement(x, ours, other)
+    assert agreement.differing == 1 and agreement.boundary_distance == pytest.approx(1e-3, rel=1e-3)
+    assert agreement.fraction == pytest.approx(1 / 64)
+    assert not agreement.holds(max_fraction=0.1, max_distance=1e-6)
+    assert agreement.holds(max_fraction=0.1, max_distance=2e-3)
+
+
+def test_nf4_agreement_bad_input() -> None:
+    x = torch.randn(128)
+    ours = quant.quantize_nf4(x, 64)
+    with pytest.raises(TypeError, match="ours"):
+        quant.nf4_agreement(x, quant.quantize(x, 4, block_size=64), x)
+    with pytest.raises(ValueError, match="other_x_hat"):
+        quant.nf4_agreement(x, ours, x[:64])
+    with pytest.raises(ValueError, match="atol"):
+        quant.nf4_agreement(x, ours, x, atol=0)
+    with pytest.raises(ValueError, match="max_fraction"):
+        quant.nf4_agreement(x, ours, x).holds(max_fraction=2)
+
+
 def test_without_bitsandbytes_the_comparison_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hardware, "import_bitsandbytes", lambda: None)
     assert quant.bnb_nf4_levels() is None

@@ -98,11 +98,38 @@ def test_bottleneck_bad_budget() -> None:
 def test_training_arguments_for_this_machine(tmp_path) -> None:
     args, changes = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, cuda=False)
     assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 8
-    assert (args.activation_checkpointing or args.gradient_checkpointing) and args.optim.value == "adamw_8bit" and args.torch_compile is False
-    assert args.warmup_steps == 0.03 and args.max_steps == 2 and args.disable_tqdm
+    assert tricks.checkpointing_enabled(args) and args.optim.value == "adamw_8bit" and args.torch_compile is False
+    # an integer warm-up count (3 % of 2 steps, rounded up) means the same in transformers 4 and 5
+    assert args.warmup_steps == 1 and isinstance(args.warmup_steps, int) and args.max_steps == 2 and args.disable_tqdm
+    assert args.fp16 is False and args.use_cpu
     assert any("warmup_ratio" in c for c in changes) and any("use_cpu" in c for c in changes)
     with pytest.raises(ValueError, match="max_steps"):
         tricks.memory_efficient_training_arguments(tmp_path, max_steps=0)
+    with pytest.raises(TypeError, match="cuda"):
+        tricks.memory_efficient_training_arguments(tmp_path, cuda="yes")
+    with pytest.raises(ValueError, match="device or cuda"):
+        tricks.memory_efficient_training_arguments(tmp_path, cuda=False, device="cpu")
+
+
+@pytest.mark.parametrize("fields, expect", [
+    ({"warmup_ratio", "warmup_steps", "gradient_checkpointing"}, {"warmup_ratio": 0.03}),  # transformers 4
+    ({"warmup_steps", "gradient_checkpointing", "activation_checkpointing"}, {"warmup_steps": 0.03}),  # 5
+])
+def test_warmup_without_max_steps_uses_the_installed_spelling(tmp_path, fields, expect) -> None:
+    kwargs, _ = tricks.training_arguments_plan(tmp_path, device="cpu", fields=fields)
+    assert {k: kwargs[k] for k in expect} == expect
+    assert ("activation_checkpointing" in kwargs) == ("activation_checkpointing" in fields)
+    assert ("gradient_checkpointing" in kwargs) != ("activation_checkpointing" in fields)
+    assert not {"warmup_ratio", "activation_checkpointing"} & (set(kwargs) - fields)
+
+
+def test_warmup_count_from_max_steps(tmp_path) -> None:
+    for steps, count in ((1, 1), (2, 1), (100, 3), (101, 4)):
+        kwargs, _ = tricks.training_arguments_plan(tmp_path, max_steps=steps, device="cpu", fields={"warmup_steps"})
+        assert kwargs["warmup_steps"] == count and "warmup_ratio" not in kwargs
+    kwargs, changes = tricks.training_arguments_plan(tmp_path, device="cpu", bitsandbytes=False, cpu_bf16=False,
+                                                    fields={"warmup_steps"})
+    assert kwargs["optim"] == "adamw_torch" and kwargs["bf16"] is False and len(changes) == 4
 
 
 def test_trainer_runs_a_few_steps(tmp_path) -> None:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from . import COLORS, plt
-from ..accumulation import MicroBatchRow, find_row, format_bytes
+from ..accumulation import MicroBatchRow, find_row, format_bytes, proportion_check
 
 
 def _check_rows(rows: Sequence[MicroBatchRow]) -> None:
@@ -71,7 +71,9 @@ def describe_micro_batch_sweep(rows: Sequence[MicroBatchRow], budget_bytes: int 
     small = min(rows, key=lambda r: r.micro_batch_size)
     big = max(rows, key=lambda r: r.micro_batch_size)
     batch = big.micro_batch_size * big.accumulation_steps
-    text = (f"Left panel: activation memory grows in proportion to the micro-batch size, from "
+    growth = ("grows in proportion to the micro-batch size" if proportion_check(rows).holds
+              else "grows with the micro-batch size, but not in proportion")
+    text = (f"Left panel: activation memory {growth}, from "
             f"{format_bytes(small.activation_bytes)} at micro-batch {small.micro_batch_size} to "
             f"{format_bytes(big.activation_bytes)} at {big.micro_batch_size}. "
             f"Right panel: the time for all {batch} examples falls as micro-batches grow, from "

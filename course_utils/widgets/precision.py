@@ -36,7 +36,7 @@ def tiny_update_widget(update: float = 1e-4) -> Any:
 
 def matmul_sizes(device: torch.device | str | None = None) -> tuple[int, ...]:
     """Matrix sides the size slider offers: 256 .. 4096 on a CPU, 256 .. 8192 on a GPU."""
-    top = 8192 if hardware._as_device(device).type == "cuda" else precision.MAX_CPU_WIDGET_SIZE
+    top = 8192 if hardware.as_device(device).type == "cuda" else precision.MAX_CPU_WIDGET_SIZE
     sizes, n = [], 256
     while n <= top:
         sizes.append(n)
@@ -57,7 +57,7 @@ def matmul_widget(size: int | None = None, device: torch.device | str | None = N
     """
     import ipywidgets as w  # noqa: PLC0415
 
-    dev = hardware._as_device(device)
+    dev = hardware.as_device(device)
     sizes = matmul_sizes(dev)
     size = precision.default_matmul_size(dev) if size is None else size
     if size not in sizes:

@@ -10,7 +10,8 @@
 # - compute the size of a model you cannot download, from its architecture alone (the *meta* device);
 # - set up QLoRA with `peft`, count what it trains, and run a few real training steps.
 #
-# **Time:** about 25 minutes. The code runs in well under a minute of CPU on a laptop, and on a free Colab GPU.
+# **Time:** about 25 minutes. The code runs on a laptop CPU or a free Colab GPU; the last cell prints how much CPU
+# time it took.
 #
 # **Before you start:** notebook 01 (scale, blocks of 64, NF4).
 
@@ -19,7 +20,7 @@
 # %% [markdown]
 # ## Why: one matrix is not a model
 #
-# The course's seed loads `Qwen/Qwen2.5-1.5B-Instruct` twice, in 16 bits and in 4-bit NF4, and compares
+# The lesson loads `Qwen/Qwen2.5-1.5B-Instruct` twice, in 16 bits and in 4-bit NF4, and compares
 # `get_memory_footprint()`. Two things happen there that one matrix cannot show you:
 #
 # 1. **Not every layer is quantized.** The 4-bit model is about a *third* of the 16-bit one, not a quarter.
@@ -45,7 +46,7 @@ import torch
 from course_utils import models as M
 
 cpu_start = time.process_time()
-choice = M.choose_model()  # the real Qwen2.5-1.5B-Instruct, or the stand-in (built on first use, ~3 s)
+choice = M.choose_model()  # the real Qwen2.5-1.5B-Instruct, or the stand-in (built once, on first use)
 print(choice.label)
 print("why:", choice.reason)
 
@@ -118,43 +119,61 @@ for width, layers, vocab, tied, mlp in ((576, 30, 49_152, True, 8 / 3),        #
 # - Small models carry relatively bigger adapters (below): QLoRA's "under 1 %" is a big-model figure.
 
 # %% [markdown]
-# ## In practice: the seed's cell, in 16 and 4 bits
+# ## In practice: one loading call, in 16 and 4 bits
 #
-# One call loads either width; `bits=4` passes the seed's `BitsAndBytesConfig` (NF4, computing in the 16-bit
-# dtype this machine prefers) and quantizes each linear layer as it is loaded.
+# One call loads either width. The 16-bit dtype comes from the device: bfloat16 on a CPU and on GPUs of compute
+# capability 8.0 or more (A100, L4, H100), float16 on a T4, which has no bfloat16 tensor cores.
 
 # %%
-config_4 = M.quantization_config(4)  # the seed's BitsAndBytesConfig
-print(f"4-bit format: {config_4.bnb_4bit_quant_type}, unpacked to {config_4.bnb_4bit_compute_dtype} for the maths")
 started = time.perf_counter()
 model_16 = M.load_model(choice, bits=16)
 load_16_s = time.perf_counter() - started
-started = time.perf_counter()
-model_4 = M.load_model(choice, bits=4)
-load_4_s = time.perf_counter() - started
 tokenizer = M.load_tokenizer(choice)
+fp16 = model_16.get_memory_footprint()
+print(f"{choice.label} 16-bit: {M.format_bytes(fp16)}, weights in {model_16.dtype}")
 
-fp16, fp4 = model_16.get_memory_footprint(), model_4.get_memory_footprint()
-print(f"{choice.label} 16-bit: {M.format_bytes(fp16)}")
-print(f"{choice.label}  4-bit: {M.format_bytes(fp4)}  ({100 * fp4 / fp16:.0f} % of 16-bit)")
+# %% [markdown]
+# `bits=4` passes the lesson's `BitsAndBytesConfig` (NF4, unpacked to that same 16-bit dtype for the maths) and
+# quantizes each linear layer as it is loaded. 4 bits need the bitsandbytes package, which does not install on
+# every machine: without it, each 4-bit cell prints one line saying what it skipped, and the 4-bit size is
+# computed from the parts instead of measured.
+
+# %%
+no_4bit = M.bitsandbytes_missing()  # None when bitsandbytes works here, else the reason 4-bit steps are skipped
+if no_4bit:
+    model_4, fp4 = None, M.footprint_bytes(model_16, 4)
+    print(f"4-bit load skipped: {no_4bit}.")
+    print(f"{choice.label}  4-bit: {M.format_bytes(fp4)}  COMPUTED from the parts ({100 * fp4 / fp16:.0f} % of 16-bit)")
+else:
+    config_4 = M.quantization_config(4)  # the lesson's BitsAndBytesConfig
+    print(f"4-bit format: {config_4.bnb_4bit_quant_type}, unpacked to {config_4.bnb_4bit_compute_dtype} for the maths")
+    started = time.perf_counter()
+    model_4 = M.load_model(choice, bits=4)
+    load_4_s = time.perf_counter() - started
+    fp4 = model_4.get_memory_footprint()
+    print(f"{choice.label}  4-bit: {M.format_bytes(fp4)}  ({100 * fp4 / fp16:.0f} % of 16-bit)")
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: load times depend on the machine and its load.
-print(f"load times here: 16-bit {load_16_s:.1f} s, 4-bit {load_4_s:.1f} s (the 4-bit load quantizes every linear layer)")
+print(f"load times here: 16-bit {load_16_s:.1f} s" + ("" if model_4 is None else
+      f", 4-bit {load_4_s:.1f} s (the 4-bit load quantizes every linear layer)"))
 
 # %% [markdown]
 # Look inside: a 4-bit linear layer stores two weights per byte, as `uint8`, and the measured footprint is
 # exactly what the part-by-part arithmetic predicted from the 16-bit model.
 
 # %%
-q_proj = model_4.model.layers[0].self_attn.q_proj
-print(choice.label)
-print(q_proj, "| stored as", q_proj.weight.dtype, tuple(q_proj.weight.shape))
-print("embedding table stays", model_4.get_input_embeddings().weight.dtype)
-print("measured = predicted from the parts:", fp16 == M.footprint_bytes(model_16, 16), fp4 == M.footprint_bytes(model_16, 4))
-scales = M.measured_scale_bytes(model_4)
-print(f"NF4 scales stored beside the weights (not in get_memory_footprint): {M.format_bytes(scales)}; "
-      f"with them, 4-bit is {100 * (fp4 + scales) / fp16:.0f} % of 16-bit")
+if model_4 is None:
+    print(f"Look inside a 4-bit layer skipped: {no_4bit}.")
+else:
+    q_proj = model_4.model.layers[0].self_attn.q_proj
+    print(choice.label)
+    print(q_proj, "| stored as", q_proj.weight.dtype, tuple(q_proj.weight.shape))
+    print("embedding table stays", model_4.get_input_embeddings().weight.dtype)
+    print("measured = predicted from the parts:", fp16 == M.footprint_bytes(model_16, 16), fp4 == M.footprint_bytes(model_16, 4))
+    scales = M.measured_scale_bytes(model_4)
+    print(f"NF4 scales stored beside the weights (not in get_memory_footprint): {M.format_bytes(scales)}; "
+          f"with them, 4-bit is {100 * (fp4 + scales) / fp16:.0f} % of 16-bit")
 
 # %% [markdown]
 # ### The real Qwen2.5-1.5B-Instruct, computed
@@ -169,7 +188,7 @@ print()
 print(M.breakdown_table(qwen, low_bits=4))
 
 # %% [markdown]
-# 36 %: "about a third", as the seed says. Its embedding table (151,936 tokens × 1,536) is 15 % of the model
+# 36 %: "about a third", as promised. Its embedding table (151,936 tokens × 1,536) is 15 % of the model
 # and stays 16-bit; Qwen2's q, k, v biases stay 16-bit too, but they are tiny.
 
 # %%
@@ -177,9 +196,10 @@ from course_utils.plots import models as P
 
 loaded = "real, loaded" if not choice.is_standin else "stand-in, loaded"
 name = "Qwen2.5-1.5B" if not choice.is_standin else "SmolLM2-135M"
+parts_4, how_4 = (M.footprint_parts(model_4, 4), loaded) if model_4 is not None else (M.footprint_parts(model_16, 4), "computed")
 fig = P.footprint_chart([
     (f"{name} 16-bit ({loaded})", M.footprint_parts(model_16, 16), fp16),
-    (f"{name} 4-bit ({loaded})", M.footprint_parts(model_4, 4), fp16),
+    (f"{name} 4-bit ({how_4})", parts_4, fp16),
     ("Qwen2.5-1.5B 16-bit (computed)", M.footprint_parts(qwen, 16), M.footprint_bytes(qwen, 16)),
     ("Qwen2.5-1.5B 4-bit (computed)", M.footprint_parts(qwen, 4), M.footprint_bytes(qwen, 16)),
 ])
@@ -197,7 +217,7 @@ fig = P.footprint_chart([
 # %% [markdown]
 # ### Ask it a question
 #
-# The seed asks the 4-bit model to complete "The capital of France is". A real model answers Paris; the
+# The lesson asks the 4-bit model to complete "The capital of France is". A real model answers Paris; the
 # stand-in's random weights produce noise (its small offline tokenizer spells 512 tokens, so the other ids of
 # its 49,152-row vocabulary are masked to keep the noise printable).
 #
@@ -207,14 +227,18 @@ fig = P.footprint_chart([
 # it changes nothing). The other fix is to train first and generate afterwards.
 
 # %%
-print(choice.label, "4-bit layers kept trainable:", M.keep_4bit_trainable_on_cpu(model_4))
+if model_4 is None:
+    print(f"4-bit repacking switch skipped (there are no 4-bit layers): {no_4bit}.")
+else:
+    print(choice.label, "4-bit layers kept trainable:", M.keep_4bit_trainable_on_cpu(model_4))
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: the stand-in's noise depends on the CPU's rounding; the real model's answer on a GPU.
+asked, width = (model_4, "4-bit") if model_4 is not None else (model_16, "16-bit (no 4-bit model here)")
 started = time.perf_counter()
-answer = M.generate_text(model_4, tokenizer, "The capital of France is", max_new_tokens=10)
+answer = M.generate_text(asked, tokenizer, "The capital of France is", max_new_tokens=10)
 what = "NOISE from random weights, not an answer:" if choice.is_standin else "answer:"
-print(f"{choice.label} 4-bit {what} {answer!r}  ({time.perf_counter() - started:.1f} s)")
+print(f"{choice.label} {width} {what} {answer!r}  ({time.perf_counter() - started:.1f} s)")
 
 # %% [markdown]
 # ## QLoRA: a frozen 4-bit base and a small 16-bit adapter
@@ -224,17 +248,20 @@ print(f"{choice.label} 4-bit {what} {answer!r}  ({time.perf_counter() - started:
 # are ordinary 16- or 32-bit tensors. From scratch, for one of the stand-in's attention matrices:
 
 # %%
-d_in, d_out, r = 576, 576, 16  # the stand-in's q_proj, the seed's rank
+d_in, d_out, r = 576, 576, 16  # the stand-in's q_proj, the lesson's rank
 print(f"q_proj: {d_in * d_out:,} frozen weights; adapter A ({r}x{d_in}) + B ({d_out}x{r}) = "
       f"{r * (d_in + d_out):,} trainable numbers ({100 * r * (d_in + d_out) / (d_in * d_out):.1f} % of the matrix)")
 
 # %% [markdown]
-# Now the library: `peft` wraps the seed's seven projection matrices with rank 16, alpha 16, and freezes
+# Now the library: `peft` wraps the seven projection matrices with rank 16, alpha 16, and freezes
 # everything else. (`add_lora` also runs `prepare_model_for_kbit_training`, the standard QLoRA step, which on a
 # GPU turns on gradient checkpointing; and it seeds the adapters' random start, so reruns train the same way.)
+# Without bitsandbytes the same adapter goes on the 16-bit model instead: plain LoRA, and the cell says so.
 
 # %%
-qlora = M.add_lora(model_4, r=16, alpha=16, targets=M.SEED_TARGETS)
+if model_4 is None:
+    print(f"QLoRA skipped: {no_4bit}. Plain LoRA on the 16-bit model instead: the same adapter, a 16-bit base.")
+qlora = M.add_lora(model_4 if model_4 is not None else model_16, r=16, alpha=16, targets=M.SEED_TARGETS)
 print(choice.label)
 qlora.print_trainable_parameters()
 print(f"by hand, r x (d_in + d_out) summed over the targeted layers: {M.lora_params_by_hand(qlora, 16):,}")
@@ -242,7 +269,7 @@ print(f"by hand, r x (d_in + d_out) summed over the targeted layers: {M.lora_par
 # %% [markdown]
 # ### "Under 1 %"? That depends on the model
 #
-# The seed's Unsloth cell promises under 1 % trainable parameters. That holds for its model, Qwen3-4B; the same
+# The lesson's Unsloth example promises under 1 % trainable parameters. That holds for its model, Qwen3-4B; the same
 # adapter on the 135M stand-in trains 3.5 %. Counted on the meta device from the real configs (peft's
 # `trainable%` divides by base + adapter; the brackets divide by the base alone):
 
@@ -267,26 +294,40 @@ for label, width in (("SmolLM2-135M", 576), ("Qwen2.5-1.5B", 1536), ("Qwen3-4B",
 # The training data is 40 short lines shipped with the course (`data/standin/train.jsonl`). The loop is plain
 # PyTorch: the optimizer sees only the adapter's parameters, and the gradients never touch the 4-bit weights.
 # The learning rate, 2e-3, is on the high side (QLoRA recipes often use 1e-4 to 2e-4 over thousands of steps); it
-# makes eight steps of a demo visible.
+# makes eight steps of a demo visible. On a T4 the base computes in float16, whose small gradients can round to
+# zero, so the loss is scaled up for the backward pass (`GradScaler`, switched on by one flag; notebook 02 explains
+# it). In bfloat16, on a CPU or a newer GPU, the flag is off and the scaler does nothing.
+#
+# The exact losses differ in their last digits from one CPU or GPU to another (16-bit sums are added up in a
+# different order), so the compared check below asks for a drop of more than 1.0: far above those differences,
+# far below the drop itself. The raw numbers are printed in the cell after it.
 
 # %%
 device = next(qlora.parameters()).device
 batches = M.training_batches(tokenizer, M.training_texts(), batch_size=8, max_length=24, device=device)
 before = M.mean_loss(qlora, batches)  # over all 40 lines, no gradients
+print(f"{choice.label} {len(batches)} batches of up to 8 lines")
+
+# %%
+from course_utils.hardware import autocast_dtype, needs_loss_scaling
 
 optimizer = torch.optim.AdamW([p for p in qlora.parameters() if p.requires_grad], lr=2e-3)
+scaler = torch.amp.GradScaler(device.type, enabled=needs_loss_scaling(autocast_dtype(device)))  # on for float16
 losses, started = [], time.perf_counter()
 qlora.train()
 for step in range(8):
     loss = qlora(**batches[step % len(batches)]).loss
-    loss.backward()        # gradients reach the adapters only: the 4-bit base is frozen
-    optimizer.step()
+    scaler.scale(loss).backward()  # gradients reach the adapters only: the base is frozen
+    scaler.step(optimizer)
+    scaler.update()
     optimizer.zero_grad()
     losses.append(loss.item())
 train_s = time.perf_counter() - started
+print(f"{choice.label} 8 steps done, loss scaling {'on' if scaler.is_enabled() else 'off'}")
+
+# %%
 after = M.mean_loss(qlora, batches)
-print(f"{choice.label} {len(batches)} batches of up to 8 lines, 8 steps")
-print("mean loss over the 40 lines fell:", after < before)
+print("mean loss over the 40 lines fell by more than 1.0:", before - after > 1.0)
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: losses and times differ in the last digits from one CPU (or GPU) to another.
@@ -302,19 +343,18 @@ print("after training:", repr(M.generate_text(qlora, tokenizer, "The capital of 
 # facts, and the base is random. On the real model the loss starts much lower (it already knows English).
 
 # %% [markdown]
-# ### The seed's Unsloth cell
+# ### The Unsloth version
 #
 # Unsloth wraps the same two steps (a 4-bit base, then LoRA on the seven projections) with faster GPU kernels.
-# It needs a CUDA GPU and downloads `unsloth/Qwen3-4B-Instruct-2507`; on Colab with a GPU it is installed on
-# demand. Everywhere else one line says it was skipped.
+# It needs a CUDA GPU and downloads `unsloth/Qwen3-4B-Instruct-2507`. It also patches torch, transformers and
+# peft when it is imported, so it must be installed in a *fresh* runtime, before anything else runs; installing
+# it into this kernel, which has already imported them, would break things. So the cell runs only where Unsloth
+# is already installed; elsewhere it prints what to do in a fresh runtime, and what the peft cells above showed.
 
 # %%
 plan = M.unsloth_plan(choice)
-print(plan.reason)
+print(plan.message())
 if plan.run:
-    if plan.install:
-        import subprocess, sys
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "unsloth"], check=True)
     from unsloth import FastLanguageModel
 
     model_u, tokenizer_u = FastLanguageModel.from_pretrained(
@@ -329,18 +369,18 @@ if plan.run:
 # `Qwen/Qwen2.5-1.5B-Instruct` and every cell above runs on it: 16-bit (bfloat16 on Ampere or newer, float16 on a
 # T4) and 4-bit loads with `device_map="auto"`, footprints of about 3.1 GB and 1.1 GB matching the computed
 # ones, a real answer to "The capital of France is", QLoRA with 18,464,768 trainable parameters (1.18 %) and
-# gradient checkpointing, the same eight training steps, and the Unsloth cell on Qwen3-4B. These GPU paths were
-# written with care but could not be run where this notebook was built (no GPU, no Hub); the outputs saved in
-# it are the stand-in's.
+# gradient checkpointing, the same eight training steps (with loss scaling on a T4), and the Unsloth cell on
+# Qwen3-4B if Unsloth was installed in a fresh runtime. The outputs saved in this notebook are the stand-in's,
+# from a CPU run without a GPU or the Hub.
 #
 # Note: older course material says bitsandbytes needs a GPU. The version pinned here (0.50) also runs NF4 on a
-# CPU, which is how the steps above ran; at one to a few seconds per step on 8 short lines of a 135M model, that
-# is a demo, not a way to fine-tune.
+# CPU, which is how the steps above ran; the timing cell after the training steps prints the seconds per step:
+# on 8 short lines of a 135M model, that is a demo, not a way to fine-tune.
 
 # %% [markdown]
 # ## Run it yourself
 #
-# The seed's Unsloth model is Qwen3-4B-Instruct-2507 (`M.QWEN3_CONFIG`). Before running anything, predict:
+# The Unsloth example's model is Qwen3-4B-Instruct-2507 (`M.QWEN3_CONFIG`). Before running anything, predict:
 # will its 4-bit share be closer to 25 % than Qwen2.5-1.5B's 36 %? Then compute its 16-bit and 4-bit sizes and
 # its breakdown, and count a smaller adapter: rank 8 on `q_proj` and `v_proj` only.
 
@@ -359,7 +399,7 @@ if plan.run:
 # Qwen3-4B-Instruct-2507 has 4,022,468,096 parameters: 8.04 GB in 16 bits, 2.59 GB in 4 bits, **32 %**. Yes,
 # closer to a quarter than Qwen2.5-1.5B (36 %): its embedding table (151,936 × 2,560) is the same vocabulary
 # but only 9.7 % of a model that is 2.6 times bigger. Its NF4 scales add another 0.23 GB.
-# Rank 8 on q_proj and v_proj trains 2,949,120 numbers, 0.07 % of the base (the seed's full adapter: 33,030,144,
+# Rank 8 on q_proj and v_proj trains 2,949,120 numbers, 0.07 % of the base (the Unsloth example's full adapter: 33,030,144,
 # 0.82 %). On the stand-in the same small adapter trains 460,800 (0.34 %), the figure of the LoRA lesson.
 # </details>
 

@@ -97,13 +97,12 @@ print("same gradient:", torch.allclose(full_batch_grad, model.weight.grad))
 print(f"largest difference: {(full_batch_grad - model.weight.grad).abs().max():.1e}")
 
 # %% [markdown]
-# The same gradient, up to a difference around $10^{-7}$ or smaller. The seed of this course printed
-# 6.7e-08; this machine prints the number above (6.0e-08 when these notes were written, and other machines
-# have shown 1.2e-07). Why not exactly zero? A float32 number keeps about 7 significant digits, so every
-# addition rounds, and **the order of the additions changes the rounding**. The big batch sums 64 terms in
-# one go (in whatever order the maths library chooses, which depends on the CPU and on how the work is split
-# between threads); accumulation sums four partial sums of 16. The mathematics is identical; the
-# rounding is not. An extreme case in float32:
+# The same gradient, up to a difference around $10^{-7}$ or smaller: the cell above prints it, and its last
+# digits change from one processor to another. Why not exactly zero? A float32 number keeps about 7
+# significant digits, so every addition rounds, and **the order of the additions changes the rounding**. The
+# big batch sums 64 terms in one go (in whatever order the maths library chooses, which depends on the CPU and
+# on how the work is split between threads); accumulation sums four partial sums of 16. The mathematics is
+# identical; the rounding is not. An extreme case in float32:
 
 # %%
 a, b, c = torch.tensor([1e8, -1e8, 1.0])
@@ -138,8 +137,10 @@ print(f"size compared with the full batch's gradient: {check.norm_ratio:.2f}x")
 #
 # - the **accumulation steps** needed to reach 64;
 # - the **largest gradient difference** from the full batch, and whether `allclose` calls them the same;
-# - the **activation memory** of one micro-batch. On a GPU this is CUDA's peak memory during one micro-batch's
-#   forward and backward, above the weights and gradients already held. On a CPU there is no such counter, so
+# - the **activation memory** of one micro-batch. On a GPU this is the memory CUDA holds after one
+#   micro-batch's forward pass, above the weights and gradients already held: the activations saved for the
+#   backward pass, read *before* backward (the backward pass also allocates temporaries the size of each weight
+#   matrix, whatever the micro-batch, and those are not activations). On a CPU there is no such counter, so
 #   we count the bytes autograd saves for the backward pass, with `torch.autograd.graph.saved_tensors_hooks`
 #   (each storage counted once, parameters left out). The cell says which one it measured.
 # - the **wall time** to push all 64 examples through forward and backward, timed with `torch.utils.benchmark`.
@@ -153,6 +154,7 @@ print(f"size compared with the full batch's gradient: {check.norm_ratio:.2f}x")
 rows = acc.sweep_micro_batches(acc.MICRO_BATCH_SIZES, batch_size=64)  # about a second on a laptop CPU
 print("activation memory measured as:", rows[0].memory_what)
 print(acc.sweep_table(rows, measured=False))
+print(acc.proportion_check(rows))
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: rounding digits, memory and times depend on the machine.
@@ -175,11 +177,12 @@ print(describe_micro_batch_sweep(rows, budget_bytes=budget))
 # %% [markdown]
 # **Text description of the chart.** Two panels share a horizontal axis: the micro-batch size, 1 to 64, on a
 # doubling scale. The left panel shows the activation memory of one micro-batch on a log scale: a straight
-# line that doubles with every doubling of the micro-batch (on this CPU, about 13 KB per example for this
-# small model). A dashed horizontal line marks the room on the pretend GPU; micro-batches of 1 to 16 sit on
-# or under it, 32 and 64 above it. The right panel shows the time to process all 64 examples on a log scale:
-# it falls as the micro-batches grow, steeply at first (many tiny trips are slow) and flattening at the large
-# end. The exact values are printed under the chart.
+# line that doubles with every doubling of the micro-batch, as the check above the chart confirmed (counted on
+# a CPU, this model saves 13.3 KB per example: its input, each hidden layer's output before and after GELU,
+# the output and the target, all in float32). A dashed horizontal line marks the room on the pretend GPU;
+# micro-batches of 1 to 16 sit on or under it, 32 and 64 above it. The right panel shows the time to process
+# all 64 examples on a log scale: it falls as the micro-batches grow, steeply at first (many tiny trips are
+# slow) and flattening at the large end. The exact values are printed under the chart.
 #
 # Try it live: the slider below picks a micro-batch size and shows its numbers against the full batch
 # (an instructor's demo: it needs a running notebook with widgets; the measurements above are reused, so
@@ -201,8 +204,8 @@ micro_batch_widget(rows, budget_bytes=budget, value=16)
 #
 # **Trade-offs**
 # - **Slower than a real big batch.** The arithmetic is the same, but small micro-batches keep the hardware
-#   less busy, and every trip pays its own fixed overheads. Look at the time column: on this CPU, micro-batches
-#   of 1 take many times longer than one batch of 64. On a GPU the gap is even larger, because a GPU needs big
+#   less busy, and every trip pays its own fixed overheads. Look at the time column: micro-batches of 1 take
+#   many times longer than one batch of 64. On a GPU the gap is even larger, because a GPU needs big
 #   matrices to fill its cores. A note on a common claim: with `per_device_train_batch_size=4` and
 #   `gradient_accumulation_steps=16`, an optimizer step takes about 16× as long as a step on a batch of 4 (it
 #   processes 16× the examples), but it does *not* cost 16× the compute of a batch of 64: the work is the
@@ -401,7 +404,7 @@ print(f"wall time, including starting the 2 processes: {result.seconds:.1f} s")
 
 # %%
 gpus = torch.cuda.device_count()
-if gpus >= 2:
+if ddp.pick_backend(world_size=2) == "nccl":  # "nccl" when there is a CUDA GPU for each of 2 processes
     print(ddp.run_ddp_check(world_size=gpus, batch_size=64 * gpus, accumulation_steps=4, backend="nccl").report())
 else:
     print(f"nccl check skipped: it needs at least 2 CUDA GPUs, and this machine has {gpus}.")
@@ -460,7 +463,7 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 # full = acc.full_batch_gradients(model, x, y)
 # accumulated = acc.accumulated_gradients(model, x, y, micro_batch_size=8)
 # print(acc.compare_gradients(full, accumulated))
-# # same gradient: True, largest difference: 6.0e-08 here (machine-dependent), size ratio: 1.00
+# # same gradient: True, largest difference: around 1e-07 (its digits depend on the machine), size ratio: 1.00
 # ```
 #
 # 3. `acc.accumulation_steps_for(48, 10)` raises `ValueError: micro_batch_size must divide the per-process batch

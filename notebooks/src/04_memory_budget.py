@@ -176,10 +176,12 @@ print(f"all in 4 bits:                         {mem.SMOLLM2_PARAMS * 0.5 / 1e6:.
 print(f"embedding in 16 bits, the rest 4 bits: {(embedding * 2 + rest * 0.5) / 1e6:.0f} MB")
 
 # %% [markdown]
-# How fast is 4 bits on *this* CPU? One frozen layer of SmolLM2's MLP (576 → 1536), forward and backward for
-# 512 tokens, the work every frozen layer does in a LoRA step. Timings depend on the processor: CPUs with
-# bfloat16 matrix units (such as Intel AMX) speed up the bfloat16 and 4-bit paths; on other CPUs these paths
-# can be slower than float32.
+# How fast is 4 bits on *this* machine? One frozen layer of SmolLM2's MLP (576 → 1536), forward and backward
+# for 512 tokens, the work every frozen layer does in a LoRA step, stored in float32, in 16 bits and in 4 bits.
+# The 16-bit type is the one `course_utils.hardware` picks for the device: bfloat16 on a CPU or an Ampere-or-newer
+# GPU, float16 on a T4 (which has no native bfloat16); the 4-bit layer computes in it too. Timings depend on
+# the processor: CPUs with bfloat16 matrix units (such as Intel AMX) speed up the 16-bit and 4-bit paths; on
+# other CPUs these paths can be slower than float32.
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: timings differ from machine to machine.
@@ -363,7 +365,8 @@ plt.show()
 # weights, the gradients, the AdamW states (both too thin to see), the activations saved for backward, and
 # the rest.
 #
-# **Reading the numbers** (from our runs on the course's 2-core CPU; yours are printed above):
+# **Reading the numbers** (from a reference run on a 2-core Intel Xeon cloud CPU, not this machine; this
+# machine's numbers are printed above):
 #
 # - **Weights, gradients, AdamW states** are exactly what the estimate counts (plus the adapter's own 1.8 MB):
 #   about 0.54 GB. The estimator was right about them.
@@ -371,12 +374,13 @@ plt.show()
 #   before the model exists. No estimate of the model can see it, and it does not shrink with the model.
 # - **Activations saved for backward**, about 0.6 GB at 8 × 64 tokens: every layer keeps its inputs and
 #   intermediate results so the backward pass can compute gradients. They grow in proportion to batch × length:
-#   at 8 × 128 tokens we measured 1.17 GB of them and a peak of 2.63 GB.
+#   at 8 × 128 tokens the reference run measured 1.17 GB of them and a peak of 2.63 GB.
 # - **Other**, about a quarter of a GB: short-lived tensors of the backward pass (the logits over a 49,152-word
 #   vocabulary and their gradient alone are 0.1 GB each at 512 tokens) and memory the allocator has not returned.
 #
-# Our peak at 64 tokens (about 1.84 GB) happens to land near the course's 1.88 GB; what matters is the pattern:
-# the estimate is the *smallest* amount a run can need, and here the real run needed more than three times it.
+# The reference run's peak at 64 tokens (about 1.84 GB) happens to land near the course's 1.88 GB; what
+# matters is the pattern: the estimate is the *smallest* amount a run can need, and the real run needed more
+# than three times it.
 #
 # **Fix.** Treat the estimate as a floor and keep 30 % of the memory free, as "fits" does. Then measure a short
 # run before a long one; [notebook 05](05_memory_tricks.ipynb) adds activations to the estimate and measures
@@ -399,7 +403,7 @@ for budget in mem.BUDGETS:
 # - **Laptop, 16 GB, no GPU** — fits: everything for SmolLM2 and the 1.7B model except the 1.7B's full
 #   fine-tuning, and 7B QLoRA. **Choice: LoRA rank 8 on SmolLM2-135M.** Task: 900 training records are too few
 #   to retrain every weight, and the first run must be cheap to repeat. Memory: 0.54 GB estimated, about 1.9 GB
-#   measured, far below 11.2 GB.
+#   measured in the reference run, far below 11.2 GB.
 # - **GPU, 24 GB** — adds LoRA in bfloat16 on a 7B model (14.29 GB). **Choice: only after SmolLM2's evaluation
 #   shows a failure a larger model could fix** (French reading, say); then QLoRA or LoRA-bf16 on 7B. Memory:
 #   3.79 GB or 14.29 GB against 16.8 GB usable, and activations still to add.
@@ -425,10 +429,11 @@ _ = main(["memory", "--budgets", "8,48,64"])
 #
 # Usable memory is 70 %: 5.6 GB, 33.6 GB and 44.8 GB.
 #
-# 1. **8 GB laptop**: LoRA on SmolLM2 (estimate 0.54 GB; about 1.9 GB measured). Full fine-tuning (2.15 GB) fits
-#    too, but 900 records argue for an adapter. LoRA on a 1.7B model in float32 (6.87 GB) does not fit. On paper
-#    a 1.7B model in bfloat16 (3.47 GB) and even 7B QLoRA (3.79 GB) fit, but without a GPU a model that size
-#    trains far too slowly for a first experiment (bitsandbytes runs 4 bits on this CPU; speed is the problem).
+# 1. **8 GB laptop**: LoRA on SmolLM2 (estimate 0.54 GB; about 1.9 GB measured in the reference run). Full
+#    fine-tuning (2.15 GB) fits too, but 900 records argue for an adapter. LoRA on a 1.7B model in float32
+#    (6.87 GB) does not fit. On paper a 1.7B model in bfloat16 (3.47 GB) and even 7B QLoRA (3.79 GB) fit, but
+#    without a GPU a model that size trains far too slowly for a first experiment (bitsandbytes runs 4 bits on
+#    x86 CPUs; speed is the problem).
 # 2. **48 GB GPU**: LoRA or QLoRA on a 7B model fits (28.29, 14.29 and 3.79 GB). Use it only after the small
 #    model's evaluation shows a failure a larger model could fix. 70B QLoRA (37.88 GB) does not fit.
 # 3. **64 GB server, no GPU**: 7B LoRA in float32 (28.29 GB) fits in memory, and so does 70B QLoRA (37.88 GB),
@@ -500,7 +505,7 @@ _ = main(["memory", "--budgets", "8,48,64"])
 # - Quantization rounds weights to fewer bits. QLoRA freezes the model in 4 bits under a LoRA adapter: 3.79 GB for
 #   a 7B model, to be paired with a quality check and, for a model that size, a GPU.
 # - An estimate is the smallest amount a run can need: activations and the framework come on top (0.54 GB
-#   estimated, about 1.9 GB measured, in the course's run and on this machine). Keep 30 % free and measure.
+#   estimated, about 1.9 GB measured in the course's run and in the reference run). Keep 30 % free and measure.
 # - Distillation needs a teacher and many tickets; preference tuning needs pairs of replies. Neither fits this task
 #   now.
 # - The course's choice: LoRA rank 8 on SmolLM2-135M, on the laptop, because the data, not the hardware, limits

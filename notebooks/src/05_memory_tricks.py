@@ -9,13 +9,13 @@
 # - predict the peak memory of a whole training step from a model's `config.json` - weights, gradients,
 #   optimizer states, *activations saved for backward*, the loss's buffers and the framework - and check the
 #   prediction against a measured step;
-# - measure gradient checkpointing, 8-bit AdamW, `torch.compile`, bf16 autocast and gradient accumulation on
+# - measure gradient checkpointing, 8-bit AdamW, `torch.compile`, 16-bit autocast and gradient accumulation on
 #   a real step, and say which of the usual claims hold on your machine and why;
 # - read a memory-efficient `TrainingArguments` line by line and run it;
 # - name what does not fit a budget and which trick moves it under, at what cost in time.
 #
 # **Time**: about 45 minutes to study; a few minutes to run on a 2-core laptop CPU (it trains small models
-# for real). No GPU needed; on a GPU the same cells measure with the CUDA counters.
+# for real). No GPU needed; on a GPU the same cells measure with the CUDA counters, and estimate for them.
 
 # %% [setup] extras=["peft", "transformers"]
 
@@ -115,12 +115,16 @@ for kind, nbytes in sorted(acts.by_kind.items(), key=lambda kv: -kv[1]):
 #
 # ### Predict before you measure
 #
-# LoRA rank 8, batch **1** × 128 tokens, AdamW, float32, on this CPU. Notebook 04's estimate (weights +
+# LoRA rank 8, batch **1** × 128 tokens, AdamW, float32, on this machine. Notebook 04's estimate (weights +
 # adapter gradients + AdamW) is 0.54 GB. **Write down your guess for the measured peak** before running the
-# next two cells.
+# next two cells. The estimate is made for the device the measurement will use: on a CPU it includes the
+# process's baseline, on a GPU it predicts PyTorch's allocator counter, which has none.
 
 # %%
-est = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=128)
+from course_utils.hardware import pick_device
+
+DEVICE = pick_device()  # one decision for the estimate and the measurement: the GPU if there is one
+est = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE.type)
 print(est.format())
 
 # %% [markdown]
@@ -137,7 +141,7 @@ print(est.format())
 # nbval-ignore-output: a measured peak and a timing, different on every machine and run.
 from course_utils.measure import measure_training_step
 
-m = measure_training_step("smollm2-135m", method="lora", batch=1, seq=128, timeout_s=280)
+m = measure_training_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE, timeout_s=280)
 print(m.what)
 print(f"baseline {m.baseline_bytes / 1e9:.3f} GB, weights {m.weights_bytes / 1e9:.3f} GB, "
       f"saved activations {m.saved_activations_bytes / 1e9:.3f} GB (estimate {est.activations.total / 1e9:.3f}), "
@@ -145,26 +149,29 @@ print(f"baseline {m.baseline_bytes / 1e9:.3f} GB, weights {m.weights_bytes / 1e9
 print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
 
 # %% [markdown]
-# On the course's 2-core CPU this printed `estimate 1.18 GB, measured 1.22 GB, error -3.3 %`, with the saved
-# activations counted at 0.147 GB by autograd's hooks - exactly the estimate's number.
+# The last line is this machine's error. In the reference measurement below (a 2-core Intel Xeon cloud CPU,
+# not this machine) the same case gave −3.3 %, with the saved activations counted at 0.147 GB by autograd's
+# hooks - exactly the estimate's number.
 #
 # ### Six cases: estimate vs measured
 #
-# The estimates for full fine-tuning and LoRA at batch 1, 4 and 8 (128 tokens each):
+# The estimates for full fine-tuning and LoRA at batch 1, 4 and 8 (128 tokens each), for a CPU process - the
+# device of the reference measurement they are compared with:
 
 # %%
 CASES = [(method, batch) for method in ("lora", "full") for batch in (1, 4, 8)]
 estimates = {}
 for method, batch in CASES:
-    e = sm.estimate_step("smollm2-135m", method=method, batch=batch, seq=128)
+    e = sm.estimate_step("smollm2-135m", method=method, batch=batch, seq=128, device="cpu")
     estimates[method, batch] = e.peak_gb
     print(f"{method:<5} batch {batch}: {e.peak_gb:.2f} GB, peak at the {e.peak_moment}")
 
 # %% [markdown]
 # Measuring all six takes several minutes of CPU (full fine-tuning at batch 8 runs about 2 GB of tensors
-# through 30 layers), so the notebook does not do it; a maintainer runs
+# through 30 layers), so the notebook does not do it; you can, with
 # `python -m course_utils.step_memory --sweep` (same method as above: a fresh process per case, a warm-up step,
-# then one measured step; sequence length 128). On the course's 2-core CPU it gave:
+# then one measured step; sequence length 128). **Reference measurement**, taken once on a 2-core Intel Xeon
+# cloud CPU with PyTorch 2.13 and transformers 5.24 (not this machine):
 #
 # | method | batch | estimate GB | measured GB | error | what changes during the step: estimate / measured | runtime memory |
 # | --- | ---: | ---: | ---: | ---: | ---: | ---: |
@@ -179,26 +186,26 @@ for method, batch in CASES:
 # the step" compares the predicted peak minus what is held all along (baseline, weights, optimizer states)
 # with the measured peak minus the memory in use when the measured step began: they agree within 0.4 %. The
 # whole error is the last column: memory the process holds *after* its first step besides tensors - machine
-# code of the kernels that step loaded, thread pools, allocator caches - 30-60 MB here, which the estimate
-# does not model. The seed's LoRA run measured 1.88 GB with its own data and sequence lengths; at batch 8 ×
-# 128 random tokens this setup measures 2.63 GB, and the estimate says why: 1.17 GB of saved activations and
-# 0.40 GB of loss buffers.
+# code of the kernels that step loaded, thread pools, allocator caches - 30-60 MB in the reference run, which
+# the estimate does not model. The lesson's LoRA run measured 1.88 GB with its own data and sequence lengths;
+# at batch 8 × 128 random tokens the reference run measured 2.63 GB, and the estimate says why: 1.17 GB of
+# saved activations and 0.40 GB of loss buffers.
 
 # %%
 import matplotlib.pyplot as plt
 from course_utils.plots import tricks as tplots
 
 SWEEP_MEASURED = {("lora", 1): 1.221, ("lora", 4): 1.838, ("lora", 8): 2.625,
-                  ("full", 1): 2.856, ("full", 4): 3.108, ("full", 8): 4.099}  # GB, the table above
+                  ("full", 1): 2.856, ("full", 4): 3.108, ("full", 8): 4.099}  # GB, the reference table above
 cases = [(f"{m} b{b}", estimates[m, b], SWEEP_MEASURED[m, b]) for m, b in CASES]
-tplots.estimate_vs_measured_chart(cases, "SmolLM2-135M training step: predicted vs measured peak")
+tplots.estimate_vs_measured_chart(cases, "SmolLM2-135M training step: predicted vs measured peak (reference CPU)")
 plt.show()
 
 # %% [markdown]
 # **Text description of the chart.** Six pairs of bars, one pair per case (LoRA and full fine-tuning at batch
-# 1, 4 and 8, 128 tokens); the blue bar is the estimate, the orange bar the measured peak. LoRA: 1.18 vs
-# 1.22 GB, 1.77 vs 1.84 GB, 2.56 vs 2.63 GB. Full: 2.82 vs 2.86 GB, 3.05 vs 3.11 GB, 4.04 vs 4.10 GB. In every
-# pair the measured bar is slightly taller, by 0.04-0.07 GB.
+# 1, 4 and 8, 128 tokens); the blue bar is the estimate, the orange bar the reference CPU's measured peak.
+# LoRA: 1.18 vs 1.22 GB, 1.77 vs 1.84 GB, 2.56 vs 2.63 GB. Full: 2.82 vs 2.86 GB, 3.05 vs 3.11 GB, 4.04 vs
+# 4.10 GB. In every pair the measured bar is slightly taller, by 0.04-0.07 GB.
 #
 # ## Interactive demo: what is my bottleneck?
 #
@@ -233,7 +240,8 @@ bottleneck_planner()
 # looks like a big model's step in miniature. The estimate scales the results back up to the real model
 # afterwards.
 #
-# **Predict first**: which trick will lower the peak most here, and which will speed the step up?
+# **Predict first**: which trick will lower the peak most here, and which will speed the step up? (The
+# estimates are for this machine's device, like the measurements after them.)
 
 # %%
 from course_utils.measure import load_config
@@ -244,34 +252,37 @@ BASE = {"method": "full", "batch": 4, "seq": 256}
 print(f"{sm.Architecture.from_config(MINI).params:,} parameters")
 for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
     kwargs = tricks.trick_kwargs(key, BASE)
-    print(f"{tricks.TRICKS[key].label:<42} estimate {tricks.estimate_for(kwargs, MINI) / 1e9:.2f} GB")
+    print(f"{tricks.TRICKS[key].label:<42} estimate {tricks.estimate_for(kwargs, MINI, DEVICE) / 1e9:.2f} GB")
 
 # %% [markdown]
 # (The estimate does not model `torch.compile`: compiled code keeps the same tensors for backward, in a
-# different arrangement.) Each measurement below runs in its own child process, bounded in time.
+# different arrangement.) On a CPU each measurement below runs in its own child process, bounded in time. The
+# 16-bit trick autocasts to bfloat16 on a CPU or a recent GPU, and to float16 with loss scaling on a T4, which
+# has no native bfloat16 (`course_utils.hardware` decides).
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results = tricks.measure_tricks(MINI, BASE, ["baseline", "checkpointing"], timeout_s=280)
+results = tricks.measure_tricks(MINI, BASE, ["baseline", "checkpointing"], timeout_s=280, device=DEVICE)
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["bf16", "adamw8bit"], timeout_s=280)
+results += tricks.measure_tricks(MINI, BASE, ["bf16", "adamw8bit"], timeout_s=280, device=DEVICE)
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["accumulation"], timeout_s=280)
+results += tricks.measure_tricks(MINI, BASE, ["accumulation"], timeout_s=280, device=DEVICE)
 
 # %% [markdown]
 # `torch.compile` first compiles the forward and backward graphs (on a CPU, into C++ that a compiler must
 # build), so its first step is slow: minutes on a 2-core laptop the first time, seconds once PyTorch has the
-# result in its on-disk cache. The cell gives it 60 seconds: past that, the child process and its compilers
-# are stopped and the row says *skipped*, so a slow machine cannot stall a class. (To see it finish, raise
-# `compile_timeout_s` and run the cell twice.)
+# result in its on-disk cache. The cell gives it 60 seconds, on a GPU too (the compiled step runs in a child
+# process there as well): past that, the child process and its compilers are stopped and the row says
+# *skipped*, so a slow machine cannot stall a class. (To see it finish, raise `compile_timeout_s` and run the
+# cell twice.)
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: compile time and measured step, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["compile"], compile_timeout_s=60)
+results += tricks.measure_tricks(MINI, BASE, ["compile"], compile_timeout_s=60, device=DEVICE)
 print(results[-1].skipped or f"compiled and measured: first step {results[-1].first_step_seconds:.0f} s "
       f"(includes compiling), then {results[-1].step_seconds:.2f} s per step")
 
@@ -289,20 +300,21 @@ print(tplots.describe_tricks_chart(results))
 
 # %% [markdown]
 # **Text description of the chart.** Two horizontal bar charts share one row per trick (baseline, gradient
-# checkpointing, bf16 autocast, 8-bit AdamW, gradient accumulation with 4 micro-batches, torch.compile). The
-# left chart gives each trick's measured peak memory in GB, the right chart its step time in seconds; this
-# run's numbers are printed under the chart. On the course's CPU the peaks followed the estimates: about
-# 1.0 GB for the baseline, lower for checkpointing, accumulation and 8-bit AdamW, about the same for bf16 and
-# torch.compile.
+# checkpointing, 16-bit autocast, 8-bit AdamW, gradient accumulation with 4 micro-batches, torch.compile).
+# The left chart gives each trick's measured peak memory in GB, the right chart its step time in seconds; this
+# run's numbers are printed under the chart. In a reference run on a 2-core Intel Xeon cloud CPU the peaks
+# followed the estimates: about 1.0 GB for the baseline, lower for checkpointing, accumulation and 8-bit
+# AdamW, about the same for 16-bit autocast and torch.compile.
 #
 # Step times on a shared laptop are noisy: another program can take a core halfway through a step. Compare
 # times only on a quiet machine, and over several steps.
 #
 # ### What the measurements say about the claims
 #
-# Read the peaks against what the estimate predicted for each trick (printed before the measurements). About
-# 0.44 GB of every peak is the process's baseline, which no trick touches, and 0.23 GB more is the float32
-# weights (0.08 GB) and AdamW states (0.15 GB), held all along.
+# Read the peaks against what the estimate predicted for each trick (printed before the measurements). On a
+# CPU, about 0.44 GB of every peak is the process's baseline (the estimate's figure; a GPU's allocator counter
+# leaves it out), which no trick touches, and 0.23 GB more is the float32 weights (0.08 GB) and AdamW states
+# (0.15 GB), held all along.
 #
 # - **Gradient checkpointing: "~50 % memory at ~30 % speed cost".** It removes the layers' saved activations
 #   (predicted 0.22 → 0.05 GB): the peak falls by about a sixth, and by a third if you leave out the
@@ -313,9 +325,10 @@ print(tplots.describe_tricks_chart(results))
 #   states to float32 for its update, so the optimizer step needs scratch memory and time; a GPU's fused
 #   kernel updates in place.
 # - **bf16 autocast: "roughly 2× speed".** The 2× is for GPUs with bfloat16 tensor cores; on a CPU, matrix
-#   multiplies speed up only where the CPU has bfloat16 instructions (this course's CPU has them), and the
-#   rest of the step (loss, norms, optimizer) stays float32. The peak hardly moves: activations shrink to 2
-#   bytes, but autocast keeps a bfloat16 copy of every weight on the gradient's path until backward.
+#   multiplies speed up only where the CPU has bfloat16 instructions (AVX-512-BF16 or AMX), and the rest of
+#   the step (loss, norms, optimizer) stays float32. A T4 has no native bfloat16: there the same trick uses
+#   float16 with loss scaling, on its float16 tensor cores. The peak hardly moves: activations shrink to 2
+#   bytes, but autocast keeps a 16-bit copy of every weight on the gradient's path until backward.
 # - **torch.compile: "1.2-1.5× on stable shapes".** If it finished within its budget, compare its step time
 #   with the baseline's - on a quiet machine. Its first step contains the compilation.
 # - **Gradient accumulation**: the same 4 × 256 tokens per optimizer step, in 4 micro-batches of 1 × 256. Each
@@ -333,7 +346,7 @@ for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
 
 # %% [markdown]
 # Here the layers' saved activations are most of the step, so checkpointing cuts the peak by more than half -
-# the seed's claim, in the setting it was made for - and so do 4 micro-batches. (With the full 49,152-word
+# the lesson's claim, in the setting it was made for - and so do 4 micro-batches. (With the full 49,152-word
 # vocabulary and short sequences, the peak can instead come at the end of backward, where the tied embedding's
 # gradient briefly exists three times - the head's contribution, the embedding's and their sum - and then no
 # activation trick helps: find the peak moment first.) 8-bit AdamW saves its 0.8 GB
@@ -354,31 +367,38 @@ for name, value, meaning in tricks.SEED_TRAINING_ARGUMENTS:
 # GPU. `eval_steps=500` does nothing on its own: evaluation also needs `eval_strategy="steps"` and an
 # evaluation dataset.
 #
-# Libraries move: in transformers 5, `warmup_ratio` no longer exists (a float below 1 in `warmup_steps` is
-# read as a ratio) and `gradient_checkpointing` is being renamed `activation_checkpointing`. The helper builds
-# the arguments for the machine it runs on, and lists every change it made:
+# Libraries move. transformers 5 removed `warmup_ratio` and reads a float below 1 in `warmup_steps` as a
+# ratio; transformers 4 (still installed on some hosted notebooks) accepts only a whole number of steps in
+# `warmup_steps`. A count of steps means the same in both, so for a run of known length the helper writes 3 %
+# of the steps, rounded up. transformers 5 also renames `gradient_checkpointing` to `activation_checkpointing`.
+# And `bf16=True` needs native bfloat16: on a GPU without it (a T4) the helper switches to `fp16=True`, float16
+# with loss scaling. It builds the arguments for the machine it runs on, and lists every change it made:
 
 # %%
 import tempfile
 
 out_dir = tempfile.mkdtemp(prefix="course05-")
 args, changes = tricks.memory_efficient_training_arguments(out_dir, max_steps=2)
+print(f"effective batch {args.per_device_train_batch_size * args.gradient_accumulation_steps}, "
+      f"checkpointing={tricks.checkpointing_enabled(args)}, warmup_steps={args.warmup_steps}")
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: the 16-bit format and the optimizer depend on the machine (GPU generation, bitsandbytes build).
 for change in changes:
     print("-", change)
-print(f"effective batch {args.per_device_train_batch_size * args.gradient_accumulation_steps}, bf16={args.bf16}, "
-      f"optim={args.optim.value}, activation checkpointing={args.activation_checkpointing}")
+print(f"bf16={args.bf16}, fp16={args.fp16}, optim={args.optim.value}")
 
 # %% [markdown]
-# Now two real optimizer steps with these arguments: 8-bit AdamW from bitsandbytes, bf16 autocast (where the
-# processor supports it), activation checkpointing, 8 micro-batches of 2 examples per step, 64-token random
-# sequences. On a GPU the model is SmolLM2-135M's architecture; on a CPU it is the miniature above, so the 16
+# Now two real optimizer steps with these arguments: 8-bit AdamW from bitsandbytes, 16-bit autocast (bf16
+# where the processor supports it, fp16 on a T4), activation checkpointing, 8 micro-batches of 2 examples per
+# step, 64-token random sequences. On a GPU the model is SmolLM2-135M's architecture; on a CPU it is the miniature above, so the 16
 # micro-batches take seconds rather than minutes.
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: losses, time and peak memory of a real run vary with the machine.
 import torch
 
-demo_model = "smollm2-135m" if torch.cuda.is_available() else MINI
+demo_model = "smollm2-135m" if DEVICE.type == "cuda" else MINI
 run = tricks.run_trainer_steps(demo_model, args, batch_examples=32, seq=64)
 print(f"{run['steps']} optimizer steps in {run['seconds']:.1f} s; losses {run['losses']}")
 print(f"peak {run['peak'].gb:.2f} GB - {run['peak'].what}")
@@ -387,9 +407,10 @@ print(f"peak {run['peak'].gb:.2f} GB - {run['peak'].what}")
 # With random weights the loss starts near the loss of a uniform guess over the vocabulary: $\ln 8192 \approx
 # 9.0$ for the miniature ($\ln 49152 \approx 10.8$ for SmolLM2).
 #
-# These seconds are slow for so small a model, and that is a measurement too: on the course's CPU, bf16
-# autocast *together with* activation checkpointing made one micro-batch of 2 × 64 tokens about 13× slower
-# (1.9 s instead of 0.15 s with checkpointing alone, 0.09 s with autocast alone). Every switch in the seed's
+# On a CPU these seconds are slow for so small a model, and that is a measurement too: in a reference
+# measurement on a 2-core Intel Xeon cloud CPU (not this machine), bf16 autocast *together with* activation
+# checkpointing made one micro-batch of 2 × 64 tokens about 13× slower (1.9 s instead of 0.15 s with
+# checkpointing alone, 0.09 s with autocast alone). Every switch in the lesson's
 # arguments is right for an Ampere GPU; on another machine, time each one before keeping it.
 #
 # **Inspecting peak memory.** On a GPU the recipe is: reset PyTorch's peak counter, run some steps, read
@@ -401,10 +422,10 @@ print(f"peak {run['peak'].gb:.2f} GB - {run['peak'].what}")
 from course_utils.measure import measure_peak
 
 _, peak = measure_peak(lambda: torch.ones(25_000_000).sum(), device="cpu")  # a 100 MB tensor
-print(peak.what)
 
 # %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the number depends on the process's memory.
+# nbval-ignore-output: the number depends on the process's memory, the counter on the operating system.
+print(peak.what)
 print(f"the block added {peak.added_bytes / 1e6:.0f} MB at its peak")
 
 # %% [markdown]
@@ -429,7 +450,7 @@ print(diag.text())
 # %% [markdown]
 # Its time factors come from the arithmetic of a step: forward counts 1, backward 2 when the weights train
 # (gradients for inputs and weights) or about 1 when they are frozen; checkpointing adds one forward
-# (4/3 = +33 % for full fine-tuning, close to the seed's "~30 %"; 3/2 for LoRA). Accumulation does the same
+# (4/3 = +33 % for full fine-tuning, close to the lesson's "~30 %"; 3/2 for LoRA). Accumulation does the same
 # arithmetic in smaller pieces. A new method changes *what* is trained, so options that keep the method come
 # first.
 #
@@ -462,10 +483,10 @@ print(diag.text())
 #
 # ## Knowledge check
 #
-# 1. A LoRA step on SmolLM2 at batch 8 × 128 measures 2.6 GB, but the weights, gradients and AdamW states
-#    add up to 0.54 GB. Name the two biggest other parts.
+# 1. A LoRA step on SmolLM2 at batch 8 × 128 measured 2.6 GB in the reference run, but the weights, gradients
+#    and AdamW states add up to 0.54 GB. Name the two biggest other parts.
 # 2. For the miniature step, checkpointing lowers the peak by about a sixth (predicted 0.96 → 0.78 GB), not
-#    a half. Was the seed's "~50 %" wrong?
+#    a half. Was the lesson's "~50 %" wrong?
 # 3. Why can bf16 autocast *raise* the peak memory of a small training step?
 #
 # <details><summary>Show the answer</summary>
@@ -489,7 +510,7 @@ print(diag.text())
 #   and the loss's buffers, or all gradients and the optimizer's scratch. `python -m course_utils memory
 #   --config smollm2-135m --method lora --batch 8 --seq 128 --measure` predicts it and checks it.
 # - Counting what autograd saves - fused attention with no $s^2$ term, grouped-query K/V, SwiGLU, RMSNorm,
-#   frozen weights saving nothing, float32 logits - predicts this CPU's measured peak within 4 %.
+#   frozen weights saving nothing, float32 logits - predicted the reference CPU's measured peak within 4 %.
 # - Each trick attacks one part: checkpointing the activations (one more forward), 8-bit AdamW the optimizer
 #   states (8 → 2 bytes per trained number), accumulation the batch's activations (more, smaller steps),
 #   bf16 the activations' bytes (but adds weight copies), `torch.compile` the time (on GPUs, after compiling).

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole suite on the OLDEST supported stack (requirements-floor.txt: transformers 4.57, ...), in its own venv.
+# Notebooks run top to bottom with --nbval-lax: execution errors fail, outputs are not compared (the committed
+# outputs come from requirements.txt). Offline, CPU only, bounded in time. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${COURSE_FLOOR_VENV:-.venv-floor}"
+LIMIT="${COURSE_TEST_TIMEOUT:-3600}"   # whole run; the floor stack is slower (bitsandbytes 0.48 4-bit on CPU)
+# Create or update the floor venv (a second run only checks the pins).
+[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-floor.txt
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+"$VENV/bin/python" -c 'from importlib.metadata import version as v
+print("floor stack:", ", ".join(p + " " + v(p) for p in ("torch", "transformers", "peft", "accelerate", "bitsandbytes")))'
+# Same environment as scripts/test.sh.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=false
+export CUDA_VISIBLE_DEVICES=""
+export PYTHONHASHSEED=0
+export PATH="$PWD/$VENV/bin:$PATH"
+# pyproject's addopts, with --nbval-lax instead of --nbval.
+ADDOPTS="--nbval-lax --nbval-current-env --nbval-sanitize-with=tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider"
+source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
+bounded "$VENV/bin/python" -m pytest -o addopts="$ADDOPTS" "$@"

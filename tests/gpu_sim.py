@@ -1,0 +1,118 @@
+"""Simulated devices for testing CUDA (and Apple MPS) code paths on a machine without a GPU.
+
+``simulate(monkeypatch, "T4")`` patches ``torch.cuda``'s *query* functions (availability, count, name,
+capability, properties, free/total memory, bf16 support) to answer like a real GPU. Nothing can be
+computed on the simulated GPU: this CPU build of torch raises at the first CUDA allocation, which is
+exactly where a simulated test must stop. Tests use it to check *decisions* (device, dtype, loss
+scaling, which estimate is compared with which measurement), never results.
+
+The profiles are real: names as ``torch.cuda.get_device_name`` prints them, compute capabilities and
+total memory as ``get_device_properties`` reports them on Colab/cloud machines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A device as torch reports it."""
+
+    key: str
+    name: str
+    capability: tuple[int, int]
+    total_memory: int  # bytes, as get_device_properties(...).total_memory
+    multi_processor_count: int
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.capability != (0, 0)
+
+
+GiB = 1024**3
+
+#: Real devices the course meets. "CPU" and "MPS" have no CUDA device.
+PROFILES: dict[str, Profile] = {
+    # Colab's free GPU: 15,095 MiB usable of 16 GB; bf16 only by emulation.
+    "T4": Profile("T4", "Tesla T4", (7, 5), 15_828_320_256, 40),
+    "L4": Profile("L4", "NVIDIA L4", (8, 9), 23_580_639_232, 58),
+    "A100": Profile("A100", "NVIDIA A100-SXM4-40GB", (8, 0), 42_505_273_344, 108),
+    "H100": Profile("H100", "NVIDIA H100 80GB HBM3", (9, 0), 85_045_231_616, 132),
+    "CPU": Profile("CPU", "", (0, 0), 0, 0),
+    "MPS": Profile("MPS", "", (0, 0), 0, 0),
+}
+
+CUDA_PROFILES = ("T4", "L4", "A100", "H100")
+
+
+def _check_index(device: object = None) -> int:
+    """Simulated machines have one GPU: accept None, 0, 'cuda', 'cuda:0' or torch.device('cuda', 0)."""
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        index = device
+    else:
+        dev = torch.device(device) if isinstance(device, str) else device
+        if not isinstance(dev, torch.device):
+            raise TypeError(f"invalid device {device!r}")
+        if dev.type != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {dev}")
+        index = 0 if dev.index is None else dev.index
+    if index != 0:
+        raise AssertionError(f"Invalid device id {index}: the simulated machine has one GPU")
+    return index
+
+
+def simulate(monkeypatch: pytest.MonkeyPatch, key: str, *, free_fraction: float = 0.97) -> Profile:
+    """Make ``torch.cuda`` (and ``torch.backends.mps``) answer like the device ``key`` of :data:`PROFILES`."""
+    prof = PROFILES[key]
+    cuda = prof.is_cuda
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: key == "MPS")
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: key == "MPS")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
+    if not cuda:
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+        return prof
+
+    def name(device: object = None) -> str:
+        _check_index(device)
+        return prof.name
+
+    def capability(device: object = None) -> tuple[int, int]:
+        _check_index(device)
+        return prof.capability
+
+    def properties(device: object = None) -> SimpleNamespace:
+        _check_index(device)
+        return SimpleNamespace(name=prof.name, major=prof.capability[0], minor=prof.capability[1],
+                               total_memory=prof.total_memory, multi_processor_count=prof.multi_processor_count)
+
+    def mem_get_info(device: object = None) -> tuple[int, int]:
+        _check_index(device)
+        return int(prof.total_memory * free_fraction), prof.total_memory
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    # Every CUDA GPU answers True here, a T4 included (emulation): the course must not rely on it.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    return prof
+
+
+@pytest.fixture(params=list(PROFILES))
+def any_device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Profile:
+    """Run the test once per profile, CPU and MPS included."""
+    return simulate(monkeypatch, request.param)
+
+
+@pytest.fixture(params=list(CUDA_PROFILES))
+def cuda_device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Profile:
+    """Run the test once per simulated CUDA GPU."""
+    return simulate(monkeypatch, request.param)

@@ -1,0 +1,292 @@
+"""course_utils.models on simulated devices: every device-dependent decision, down to the first CUDA allocation.
+
+``simulate(monkeypatch, key)`` (tests/gpu_sim.py) makes ``torch.cuda`` *answer* like a T4, L4, A100 or H100
+(or like a machine without CUDA). This CPU build of torch raises at the first CUDA allocation, so these tests
+check decisions (dtype, device_map, quantization config, gradient checkpointing, loss scaling, Unsloth),
+never results. ``from_pretrained`` is replaced by a spy that records its arguments instead of loading.
+
+The rule under test: 16-bit means float16 on a T4 (compute capability 7.5: bfloat16 only by emulation, even
+though ``torch.cuda.is_bf16_supported()`` says True there), bfloat16 from compute capability 8.0 on, and
+bfloat16 on a CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from course_utils import models as M
+from course_utils.hardware import autocast_dtype, import_bitsandbytes, needs_loss_scaling
+from gpu_sim import CUDA_PROFILES, PROFILES, simulate
+
+# Import bitsandbytes now, on the real (CPU) machine: imported under a simulated GPU, it would look for its
+# CUDA library, which this machine does not have. On a real GPU machine it loads its CUDA build.
+BNB = import_bitsandbytes()
+needs_bnb = pytest.mark.skipif(BNB is None, reason="bitsandbytes is not installed (8 and 4 bits need it)")
+
+#: The 16-bit dtype each profile must get (CPU: bfloat16, CPU autocast's 16-bit type).
+EXPECTED_DTYPE = {"T4": torch.float16, "L4": torch.bfloat16, "A100": torch.bfloat16, "H100": torch.bfloat16,
+                  "CPU": torch.bfloat16}
+DEVICES = tuple(EXPECTED_DTYPE)  # the four GPUs and a machine without CUDA
+
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": True,
+        "max_position_embeddings": 128, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test once per simulated device; returns its key ("T4", ..., "CPU")."""
+    simulate(monkeypatch, request.param)
+    return request.param
+
+
+@pytest.fixture
+def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def spy_from_pretrained(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Replace AutoModelForCausalLM.from_pretrained: record (name, kwargs) and return a stub model."""
+    from transformers import AutoModelForCausalLM
+
+    calls: list[dict] = []
+
+    def fake(name, **kwargs):
+        calls.append({"name": name, **kwargs})
+        return SimpleNamespace(eval=lambda: None, kwargs=kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fake)
+    return calls
+
+
+def test_profiles_cover_the_course_gpus() -> None:
+    assert set(CUDA_PROFILES) | {"CPU"} == set(DEVICES) and set(DEVICES) <= set(PROFILES)
+    assert PROFILES["T4"].capability == (7, 5) and PROFILES["A100"].capability == (8, 0)
+
+
+def test_a_t4_claims_bf16_but_the_course_does_not_believe_it(monkeypatch) -> None:
+    simulate(monkeypatch, "T4")
+    assert torch.cuda.is_bf16_supported()  # true on a real T4 too: emulation
+    assert autocast_dtype("cuda") == torch.float16 and M.load_settings(16, "cuda")["dtype"] == torch.float16
+
+
+# --------------------------------------------------------------------------------------------
+# Real model or stand-in
+# --------------------------------------------------------------------------------------------
+def test_decide_source_per_device(device, offline_env, monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or True)
+    decision = M.decide_source()
+    if device == "CPU":
+        assert decision.source == "standin" and "no CUDA GPU" in decision.reason and calls == []
+    else:
+        assert decision.source == "real" and calls == [1.5]
+        monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: False)
+        assert M.decide_source().source == "standin"
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setattr(M, "cached_on_disk", lambda name: True)
+        assert M.decide_source().source == "real"
+
+
+def test_choose_model_on_a_gpu_with_the_hub_is_the_real_model(device, offline_env, monkeypatch) -> None:
+    monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: True)
+    monkeypatch.setattr(M, "ensure_standin", lambda seed=0: "/standin")
+    choice = M.choose_model()
+    assert choice.is_standin is (device == "CPU")
+    assert choice.name == ("/standin" if device == "CPU" else M.REAL_MODEL)
+
+
+# --------------------------------------------------------------------------------------------
+# Quantization config and from_pretrained arguments
+# --------------------------------------------------------------------------------------------
+@needs_bnb
+def test_nf4_compute_dtype_follows_the_device(device) -> None:
+    expected = EXPECTED_DTYPE[device]
+    assert M.quantization_config(4).bnb_4bit_compute_dtype == expected  # default: the device pick_device picks
+    assert M.quantization_config(4, device="cpu").bnb_4bit_compute_dtype == torch.bfloat16
+    assert M.quantization_config(4, torch.float32).bnb_4bit_compute_dtype == torch.float32  # explicit wins
+    eight = M.quantization_config(8)
+    assert eight.load_in_8bit and M.quantization_config(16) is None
+
+
+@pytest.mark.parametrize("bits", [16, pytest.param(8, marks=needs_bnb), pytest.param(4, marks=needs_bnb)])
+def test_load_model_arguments_per_device(device, spy_from_pretrained, bits) -> None:
+    expected = EXPECTED_DTYPE[device]
+    M.load_model(M.REAL_MODEL, bits)
+    (call,) = spy_from_pretrained
+    assert call["name"] == M.REAL_MODEL
+    assert call["dtype"] == expected and "torch_dtype" not in call
+    assert call["device_map"] == ("cpu" if device == "CPU" else "auto")
+    qc = call["quantization_config"]
+    if bits == 16:
+        assert qc is None
+    elif bits == 8:
+        assert qc.load_in_8bit
+    else:
+        assert qc.load_in_4bit and qc.bnb_4bit_quant_type == "nf4" and qc.bnb_4bit_compute_dtype == expected
+
+
+@needs_bnb
+def test_an_explicit_cpu_device_wins_on_a_gpu_machine(device, spy_from_pretrained) -> None:
+    M.load_model(M.REAL_MODEL, 4, device="cpu")
+    (call,) = spy_from_pretrained
+    assert call["device_map"] == "cpu" and call["dtype"] == torch.bfloat16
+    assert call["quantization_config"].bnb_4bit_compute_dtype == torch.bfloat16
+
+
+def test_old_transformers_get_torch_dtype(device, spy_from_pretrained, monkeypatch) -> None:
+    monkeypatch.setattr(M, "transformers_version", lambda: (4, 55))
+    M.load_model(M.REAL_MODEL, 16)
+    (call,) = spy_from_pretrained
+    assert call["torch_dtype"] == EXPECTED_DTYPE[device] and "dtype" not in call
+
+
+def test_load_model_rejects_a_bad_device(device, spy_from_pretrained) -> None:
+    with pytest.raises(ValueError, match="device"):
+        M.load_model(M.REAL_MODEL, 16, device="gpu0")
+    with pytest.raises(TypeError, match="device"):
+        M.load_model(M.REAL_MODEL, 16, device=0.5)  # type: ignore[arg-type]
+    assert spy_from_pretrained == []
+
+
+# --------------------------------------------------------------------------------------------
+# The stand-in: stored in bfloat16, loaded in the device's dtype
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_standin(tmp_path_factory) -> str:
+    from transformers import AutoConfig
+
+    return str(M.ensure_standin(AutoConfig.for_model(**TINY), seed=0, folder=tmp_path_factory.mktemp("cache")))
+
+
+def test_standin_is_stored_in_bf16_and_loaded_per_device(device, tiny_standin, spy_from_pretrained) -> None:
+    import json
+    from pathlib import Path
+
+    stored = json.loads((Path(tiny_standin) / "config.json").read_text())
+    assert stored.get("dtype", stored.get("torch_dtype")) == "bfloat16"  # a storage choice only
+    M.load_model(tiny_standin, 16)
+    if BNB is not None:
+        M.load_model(tiny_standin, 4)
+    for call in spy_from_pretrained:
+        assert call["name"] == tiny_standin and call["dtype"] == EXPECTED_DTYPE[device]
+
+
+def test_building_the_standin_never_touches_cuda(device, tmp_path) -> None:
+    """ensure_standin builds on the CPU whatever the machine; a CUDA allocation here would raise."""
+    from transformers import AutoConfig
+
+    path = M.ensure_standin(AutoConfig.for_model(**TINY), seed=1, folder=tmp_path)
+    assert (path / "config.json").exists() and (path / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("key", CUDA_PROFILES)
+def test_the_real_from_pretrained_gets_the_devices_dtype(monkeypatch, tiny_standin, key) -> None:
+    """The decisions above, through the *real* from_pretrained (no spy), on a simulated GPU.
+
+    transformers 5 places ``device_map="auto"`` with ``torch.accelerator``, which the simulation does not
+    patch, so the weights land on the CPU here (on a real GPU they go to it). The dtype is the decision
+    this test can see: float16 for a T4, bfloat16 from compute capability 8.0.
+    """
+    simulate(monkeypatch, key)
+    model = M.load_model(tiny_standin, 16)
+    assert model.dtype == EXPECTED_DTYPE[key]
+
+
+def test_a_real_cpu_load_under_a_gpu_profile_uses_bf16(monkeypatch, tiny_standin) -> None:
+    simulate(monkeypatch, "T4")
+    model = M.load_model(tiny_standin, 16, device="cpu")
+    assert model.dtype == torch.bfloat16 and next(model.parameters()).device.type == "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# LoRA / QLoRA: gradient checkpointing on a GPU, the RNG of the model's device
+# --------------------------------------------------------------------------------------------
+class FakeQuantizedModel(torch.nn.Module):
+    """Looks like a 4-bit model sitting on ``device`` without allocating there (the parameter lives on meta)."""
+
+    is_loaded_in_4bit = True
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.where = device
+        self.config = SimpleNamespace(use_cache=True)
+        self.weight = torch.nn.Parameter(torch.empty(1, device="meta"))
+
+    def parameters(self, recurse: bool = True):  # noqa: D401 - report the simulated device
+        yield SimpleNamespace(device=self.where)
+
+
+@pytest.fixture
+def spy_peft(monkeypatch: pytest.MonkeyPatch) -> dict:
+    import peft
+
+    seen: dict = {}
+
+    def prepare(model, use_gradient_checkpointing=True, **kwargs):
+        seen["checkpointing"] = use_gradient_checkpointing
+        return model
+
+    def wrap(model, config, **kwargs):
+        seen["targets"] = set(config.target_modules)
+        return model
+
+    @contextlib.contextmanager
+    def fork_rng(devices=None, **kwargs):
+        seen["rng_devices"] = list(devices or [])
+        yield
+
+    monkeypatch.setattr(peft, "prepare_model_for_kbit_training", prepare)
+    monkeypatch.setattr(peft, "get_peft_model", wrap)
+    monkeypatch.setattr(torch.random, "fork_rng", fork_rng)
+    return seen
+
+
+def test_add_lora_decisions_per_device(device, spy_peft) -> None:
+    on_gpu = device != "CPU"
+    model = FakeQuantizedModel(torch.device("cuda", 0) if on_gpu else torch.device("cpu"))
+    out = M.add_lora(model, r=16, alpha=16)
+    assert out is model and spy_peft["targets"] == set(M.SEED_TARGETS)
+    assert spy_peft["checkpointing"] is on_gpu  # gradient checkpointing: on a GPU only
+    assert model.config.use_cache is (not on_gpu)
+    assert spy_peft["rng_devices"] == ([0] if on_gpu else [])  # the seed also fixes the GPU's RNG there
+
+
+def test_a_cpu_model_on_a_gpu_machine_is_trained_as_on_a_cpu(device, spy_peft) -> None:
+    model = FakeQuantizedModel(torch.device("cpu"))
+    M.add_lora(model)
+    assert spy_peft["checkpointing"] is False and spy_peft["rng_devices"] == []
+
+
+def test_training_loop_loss_scaling_flag(device) -> None:
+    """The notebook's GradScaler flag: needs_loss_scaling(autocast_dtype(device)) is on for float16 only."""
+    dev = torch.device("cpu" if device == "CPU" else "cuda")
+    assert needs_loss_scaling(autocast_dtype(dev)) is (device == "T4")
+
+
+# --------------------------------------------------------------------------------------------
+# Unsloth: only where it is installed, with a GPU and the Hub; never pip-installed from the kernel
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("installed", [True, False])
+@pytest.mark.parametrize("colab", [True, False])
+def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
+    monkeypatch.setattr(M, "unsloth_importable", lambda: installed)
+    monkeypatch.setattr(M, "on_colab", lambda: colab)
+    real = M.ModelChoice(M.REAL_MODEL, False, "a CUDA GPU is here and the Hub is reachable")
+    standin = M.ModelChoice("/standin", True, "the Hub did not answer")
+    plan = M.unsloth_plan(real)
+    assert plan.run is (device != "CPU" and installed)
+    assert not M.unsloth_plan(standin).run
+    text = plan.message()
+    if plan.run:
+        assert plan.command is None
+    else:
+        assert "pip install unsloth" in text and "peft cells above did the same job" in text
+        assert ("Colab" in text) is colab
+        if device == "CPU":
+            assert "CUDA GPU" in text
