@@ -98,7 +98,11 @@ def test_bottleneck_bad_budget() -> None:
 def test_training_arguments_for_this_machine(tmp_path) -> None:
     args, changes = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, cuda=False)
     assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 8
-    assert tricks.checkpointing_enabled(args) and args.optim.value == "adamw_8bit" and args.torch_compile is False
+    # bitsandbytes before 0.49 has no CPU 8-bit AdamW: the helper then falls back to torch's AdamW (and says so)
+    from course_utils.measure import adamw8bit_available  # noqa: PLC0415
+
+    expected_optim = "adamw_8bit" if adamw8bit_available("cpu") else "adamw_torch"
+    assert tricks.checkpointing_enabled(args) and args.optim.value == expected_optim and args.torch_compile is False
     # an integer warm-up count (3 % of 2 steps, rounded up) means the same in transformers 4 and 5
     assert args.warmup_steps == 1 and isinstance(args.warmup_steps, int) and args.max_steps == 2 and args.disable_tqdm
     assert args.fp16 is False and args.use_cpu
