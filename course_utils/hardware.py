@@ -68,8 +68,6 @@ def as_device(device: torch.device | str | int | None) -> torch.device:
     raise TypeError(f"device must be a torch.device, a string, a CUDA index or None, got {type(device).__name__}")
 
 
-
-
 def compute_capability(device: torch.device | str | int | None = None) -> tuple[int, int] | None:
     """CUDA compute capability (major, minor) of ``device``, or None for a non-CUDA device."""
     dev = as_device(device)
