@@ -61,9 +61,6 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 # peft and transformers import bitsandbytes on their own; its harmless import warning about an optional
 # kernel package would land on stderr (see course_utils.hardware.import_bitsandbytes). Silence it up front.
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-# bitsandbytes 0.48 (the oldest the course supports) calls a torch function that torch 2.13 marks as going away,
-# in every first 4-bit forward: a harmless FutureWarning on stderr. Ignore exactly that one.
-warnings.filterwarnings("ignore", message=r"_check_is_size will be removed", category=FutureWarning)
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,7 +98,8 @@ def quiet_transformers() -> Iterator[None]:
     """Silence transformers' progress bars and info logs, and known harmless warnings, inside the block.
 
     transformers 5 draws a "Loading weights" progress bar on stderr in every ``from_pretrained``; peft
-    0.21 emits a FutureWarning about a renamed transformers method. Both are restored afterwards.
+    0.21 emits a FutureWarning about a renamed transformers method, and bitsandbytes 0.48 one about a torch
+    function on its first 4-bit forward. All are restored afterwards: nothing global is left behind.
     """
     from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
@@ -973,4 +971,4 @@ def unsloth_plan(choice: ModelChoice) -> UnslothPlan:
                                   "kernel that has already imported torch, transformers and peft is unsafe.",
                            unsloth_install_command())
     return UnslothPlan(True, "Unsloth is installed, a CUDA GPU is here and the Hub is reachable: running the "
-                             "seed's cell.")
+                             "Unsloth cell.")

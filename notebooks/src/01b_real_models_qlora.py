@@ -299,8 +299,8 @@ for label, width in (("SmolLM2-135M", 576), ("Qwen2.5-1.5B", 1536), ("Qwen3-4B",
 # it). In bfloat16, on a CPU or a newer GPU, the flag is off and the scaler does nothing.
 #
 # The exact losses differ in their last digits from one CPU or GPU to another (16-bit sums are added up in a
-# different order), so the compared check below asks for a drop of more than 1.0: far above those differences,
-# far below the drop itself. The raw numbers are printed in the cell after it.
+# different order), so the compared check below asks for a drop of more than 10 %: far above those differences,
+# far below the drop itself, for the stand-in and for a real model alike. The raw numbers are printed in the cell after it.
 
 # %%
 device = next(qlora.parameters()).device
@@ -327,7 +327,7 @@ print(f"{choice.label} 8 steps done, loss scaling {'on' if scaler.is_enabled() e
 
 # %%
 after = M.mean_loss(qlora, batches)
-print("mean loss over the 40 lines fell by more than 1.0:", before - after > 1.0)
+print("mean loss over the 40 lines fell by more than 10 %:", after < 0.9 * before)
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: losses and times differ in the last digits from one CPU (or GPU) to another.
