@@ -1,15 +1,18 @@
 """course_utils: the helpers behind the notebooks of "Pack the bag smarter".
 
-One module per topic: ``hardware`` (what machine is this?), ``quant`` (quantization),
-``precision`` (mixed precision), ``accumulation`` (gradient accumulation), ``memory``
-(memory budgets), ``models`` (real and stand-in language models), ``plots`` and ``widgets``.
+One module per topic: ``hardware`` (what machine is this?), ``quant`` (quantization), ``precision`` (mixed
+precision), ``accumulation`` (gradient accumulation), ``memory`` / ``step_memory`` / ``bottleneck`` (memory
+estimates), ``measure`` (measured steps), ``models`` (loading real and stand-in language models, with
+``hub``, ``standin``, ``footprint``, ``lora``, ``unsloth``), ``plots`` and
+``widgets``; shared helpers in ``checks``, ``units``, ``quiet``, ``configs``, ``architecture``; the command line
+in ``cli``.
 Modules are imported on demand, so ``import course_utils`` stays cheap.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-__version__ = "0.1.0"
+from course_utils.about import VERSION as __version__  # noqa: F401 - the package's version, set in about.py
 
 
 def data_path(*parts: str) -> Path:

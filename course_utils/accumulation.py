@@ -19,12 +19,16 @@ This module holds the small pieces the notebook ``03_gradient_accumulation`` cal
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
+
+from course_utils import checks, hardware
+from course_utils.digits import make_mlp
+from course_utils.quiet import quiet_libraries
+from course_utils.units import format_bytes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -35,21 +39,11 @@ MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------------------------
 # Batch arithmetic
 # --------------------------------------------------------------------------------------------
-def _check_int(name: str, value: object, low: int = 1, high: int | None = None) -> int:
-    """``value`` as an int in [low, high], or a TypeError/ValueError that names ``name`` and the range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"{name} must be {allowed}, got {value}")
-    return value
-
-
 def effective_batch_size(micro_batch_size: int, accumulation_steps: int, world_size: int = 1) -> int:
     """Examples behind one optimizer step: micro-batch size x accumulation steps x processes (GPUs)."""
-    _check_int("micro_batch_size", micro_batch_size)
-    _check_int("accumulation_steps", accumulation_steps)
-    _check_int("world_size", world_size)
+    checks.integer(micro_batch_size, "micro_batch_size")
+    checks.integer(accumulation_steps, "accumulation_steps")
+    checks.integer(world_size, "world_size")
     return micro_batch_size * accumulation_steps * world_size
 
 
@@ -59,13 +53,13 @@ def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: i
     Raises ValueError when the sizes cannot split evenly: every process must get the same whole number
     of micro-batches, or the examples would not be weighted equally.
     """
-    _check_int("batch_size", batch_size)
-    _check_int("world_size", world_size, 1, batch_size)  # each process needs at least one example
+    checks.integer(batch_size, "batch_size")
+    checks.integer(world_size, "world_size", 1, batch_size)  # each process needs at least one example
     if batch_size % world_size:
         raise ValueError(f"world_size must divide batch_size: {batch_size} examples cannot be shared "
                          f"equally by {world_size} processes")
     per_process = batch_size // world_size
-    _check_int("micro_batch_size", micro_batch_size, 1, per_process)
+    checks.integer(micro_batch_size, "micro_batch_size", 1, per_process)
     if per_process % micro_batch_size:
         raise ValueError(f"micro_batch_size must divide the per-process batch ({per_process}): "
                          f"{micro_batch_size} does not; try one of {divisors(per_process)}")
@@ -74,7 +68,7 @@ def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: i
 
 def divisors(n: int) -> list[int]:
     """The positive divisors of ``n``: the micro-batch sizes that split a batch of ``n`` evenly."""
-    _check_int("n", n)
+    checks.integer(n, "n")
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -85,14 +79,11 @@ def scale_learning_rate(base_lr: float, base_batch: int, new_batch: int, rule: s
     square root (often used with Adam); ``"none"`` keeps it. Accumulating to the *same* batch you tuned
     for needs no change: the gradient is the same.
     """
-    if not isinstance(base_lr, (int, float)) or isinstance(base_lr, bool) or not base_lr > 0 or not math.isfinite(base_lr):
-        raise ValueError(f"base_lr must be a positive finite number, got {base_lr!r}")
-    _check_int("base_batch", base_batch)
-    _check_int("new_batch", new_batch)
+    base_lr = checks.positive(base_lr, "base_lr")
+    checks.integer(base_batch, "base_batch")
+    checks.integer(new_batch, "new_batch")
     factors = {"linear": new_batch / base_batch, "sqrt": math.sqrt(new_batch / base_batch), "none": 1.0}
-    if rule not in factors:
-        raise ValueError(f"rule must be one of {sorted(factors)}, got {rule!r}")
-    return base_lr * factors[rule]
+    return base_lr * factors[checks.choice(rule, "rule", factors)]
 
 
 def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Tensor, ...]:
@@ -105,7 +96,8 @@ def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Te
 # The equality check
 # --------------------------------------------------------------------------------------------
 def seed_example(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
-    """The lesson's example: ``manual_seed(seed)``, then ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``."""
+    """The lesson's example: ``manual_seed(seed)``, then ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``.
+    """
     torch.manual_seed(seed)
     model = nn.Linear(10, 1)
     x, y = torch.randn(64, 10), torch.randn(64, 1)
@@ -120,7 +112,8 @@ def _grads(model: nn.Module) -> list[torch.Tensor]:
     return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
 
 
-def full_batch_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn = _mse) -> list[torch.Tensor]:
+def full_batch_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         loss_fn: LossFn = _mse) -> list[torch.Tensor]:
     """Gradients of every parameter from one forward and backward over the whole batch."""
     model.zero_grad(set_to_none=True)
     loss_fn(model(x), y).backward()
@@ -184,26 +177,18 @@ def compare_gradients(reference: Sequence[torch.Tensor], other: Sequence[torch.T
 # --------------------------------------------------------------------------------------------
 # Activation memory and time per micro-batch size
 # --------------------------------------------------------------------------------------------
-def make_mlp(in_features: int = 256, hidden: int = 512, depth: int = 3, out_features: int = 1, seed: int = 0) -> nn.Sequential:
-    """A small MLP with real activations (Linear + GELU blocks), so activation memory grows with the batch."""
-    _check_int("in_features", in_features, 1, 65536)
-    _check_int("hidden", hidden, 1, 65536)
-    _check_int("depth", depth, 1, 64)
-    _check_int("out_features", out_features, 1, 65536)
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    width = in_features
-    for _ in range(depth):
-        layers += [nn.Linear(width, hidden), nn.GELU()]
-        width = hidden
-    layers.append(nn.Linear(width, out_features))
-    return nn.Sequential(*layers)
+#: Inputs per example of the sweep's model and batch.
+SWEEP_FEATURES = 256
+#: The sweep's model, ``make_mlp(**SWEEP_MLP)`` (:func:`course_utils.digits.make_mlp`, the course's one MLP
+#: builder): 256 inputs, three hidden layers of 512 with GELU, one output. Real activations, so activation
+#: memory grows with the batch.
+SWEEP_MLP = {"in_features": SWEEP_FEATURES, "hidden": 512, "depth": 3, "out_features": 1, "activation": "gelu"}
 
 
-def regression_batch(batch_size: int = 64, in_features: int = 256, out_features: int = 1,
+def regression_batch(batch_size: int = 64, in_features: int = SWEEP_FEATURES, out_features: int = 1,
                      seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed random batch ``(x, y)`` for the sweep, drawn from its own generator."""
-    _check_int("batch_size", batch_size)
+    checks.integer(batch_size, "batch_size")
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch_size, in_features, generator=g), torch.randn(batch_size, out_features, generator=g)
 
@@ -254,7 +239,8 @@ def _cuda_forward_bytes(step: Callable[[], torch.Tensor], device: torch.device) 
 MEMORY_METHODS = {
     "cuda": ("CUDA memory held after one micro-batch's forward pass, above the weights and gradients already "
              "held (the graph's saved activations, read before backward)"),
-    "cpu": "bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters excluded)",
+    "cpu": ("bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters "
+            "excluded)"),
 }
 
 
@@ -264,7 +250,7 @@ def memory_method(device: torch.device | str | None = None) -> str:
     'cuda' (the CUDA allocator's counter) on a CUDA device; 'cpu' (bytes saved for backward, counted with
     ``saved_tensors_hooks``) anywhere else. :data:`MEMORY_METHODS` says what each one measures.
     """
-    from .hardware import as_device  # noqa: PLC0415
+    from .hardware import as_device
 
     return "cuda" if as_device(device).type == "cuda" else "cpu"
 
@@ -327,20 +313,18 @@ def proportion_check(rows: Sequence["MicroBatchRow"], rtol: float = 0.25) -> Pro
     """
     if not rows:
         raise ValueError("rows must hold at least one measured micro-batch size")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol <= 1:
-        raise ValueError(f"rtol must be a number between 0 (exclusive) and 1, got {rtol!r}")
+    rtol = checks.positive(rtol, "rtol", 1)
     per_example = [r.activation_bytes / r.micro_batch_size for r in rows]
-    return ProportionCheck(min(per_example), max(per_example), float(rtol))
+    return ProportionCheck(min(per_example), max(per_example), rtol)
 
 
 def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
                            min_run_time: float = 0.1, loss_fn: LossFn = _mse) -> float:
     """Median seconds to run the whole batch as micro-batches (forward + backward each), timed with
     ``torch.utils.benchmark`` (which synchronizes CUDA), using this process's thread count."""
-    from torch.utils import benchmark  # noqa: PLC0415
+    from torch.utils import benchmark
 
-    if not isinstance(min_run_time, (int, float)) or not 0 < min_run_time <= 10:
-        raise ValueError(f"min_run_time must be between 0 and 10 seconds, got {min_run_time!r}")
+    min_run_time = checks.positive(min_run_time, "min_run_time", 10)
     pairs = list(zip(micro_batches(x, micro_batch_size), micro_batches(y, micro_batch_size)))
     steps = len(pairs)
 
@@ -354,25 +338,6 @@ def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, m
     seconds = timer.blocked_autorange(min_run_time=min_run_time).median
     model.zero_grad(set_to_none=True)
     return float(seconds)
-
-
-@contextmanager
-def cpu_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` CPU threads for PyTorch's operations (None: leave as is), then restore.
-
-    Timing tiny operations on a CPU shared with other work is fragile: with several threads, every
-    operation waits for all of them to be scheduled. One thread gives steadier, comparable numbers.
-    """
-    if n is None:
-        yield
-        return
-    _check_int("num_threads", n, 1, 1024)
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -393,12 +358,12 @@ def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: in
                         min_run_time: float = 0.1, cpu_num_threads: int | None = 1) -> list[MicroBatchRow]:
     """Run one batch of ``batch_size`` at every micro-batch size: gradient check, activation memory, time.
 
-    Uses :func:`make_mlp` and :func:`regression_batch` unless a model is given (its input must take
+    Uses ``make_mlp(**SWEEP_MLP)`` and :func:`regression_batch` unless a model is given (its input must take
     256 features). ``device`` defaults to the GPU when there is one. On a CPU the sweep runs on
     ``cpu_num_threads`` threads (default 1, for steady timings on a shared machine; None keeps
     PyTorch's setting).
     """
-    from .hardware import pick_device  # noqa: PLC0415
+    from .hardware import pick_device
 
     if not sizes:
         raise ValueError("sizes must name at least one micro-batch size")
@@ -407,10 +372,10 @@ def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: in
     for size in sizes:
         accumulation_steps_for(batch_size, size)
     dev = torch.device(device) if device is not None else pick_device()
-    model = (model if model is not None else make_mlp()).to(dev)
+    model = (model if model is not None else make_mlp(**SWEEP_MLP)).to(dev)
     x, y = (t.to(dev) for t in regression_batch(batch_size))
     rows = []
-    with cpu_threads(cpu_num_threads if dev.type == "cpu" else None):
+    with hardware.cpu_threads(cpu_num_threads if dev.type == "cpu" else None):
         reference = full_batch_gradients(model, x, y)
         for size in sizes:
             check = compare_gradients(reference, accumulated_gradients(model, x, y, size))
@@ -418,16 +383,6 @@ def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: in
             seconds = time_accumulated_batch(model, x, y, size, min_run_time=min_run_time)
             rows.append(MicroBatchRow(size, batch_size // size, check.same, check.max_difference, mem, seconds, what))
     return rows
-
-
-def format_bytes(n: float) -> str:
-    """Bytes in the unit that reads best: B, KB, MB or GB (powers of 1000)."""
-    if not isinstance(n, (int, float)) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"n must be a non-negative number of bytes, got {n!r}")
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def find_row(rows: Sequence[MicroBatchRow], micro_batch_size: int) -> MicroBatchRow:
@@ -460,9 +415,11 @@ def micro_batch_summary(rows: Sequence[MicroBatchRow], micro_batch_size: int, bu
 def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
     """The sweep as a text table. ``measured=False`` keeps only the deterministic columns."""
     if measured:
-        head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13} {'largest diff':>12} {'activations':>11} {'time (ms)':>9}"
+        head = (f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13} {'largest diff':>12} {'activations':>11} "
+                f"{'time (ms)':>9}")
         body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13} "
-                f"{r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}" for r in rows]
+                f"{r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}"
+                for r in rows]
     else:
         head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13}"
         body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
@@ -481,8 +438,8 @@ class TinyTokenModel(nn.Module):
 
     def __init__(self, vocab_size: int = 32, dim: int = 16, seed: int = 0) -> None:
         super().__init__()
-        _check_int("vocab_size", vocab_size, 2, 100_000)
-        _check_int("dim", dim, 1, 4096)
+        checks.integer(vocab_size, "vocab_size", 2, 100_000)
+        checks.integer(dim, "dim", 1, 4096)
         torch.manual_seed(seed)
         self.embed = nn.Embedding(vocab_size, dim)
         self.head = nn.Linear(dim, vocab_size)
@@ -500,7 +457,7 @@ def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2), vocab_size: int 
     if not lengths:
         raise ValueError("lengths must name at least one sequence length")
     for n in lengths:
-        _check_int("lengths", n, 1, 4096)
+        checks.integer(n, "lengths", 1, 4096)
     g = torch.Generator().manual_seed(seed)
     width = max(lengths)
     tokens = torch.zeros(len(lengths), width, dtype=torch.long)
@@ -514,7 +471,8 @@ def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2), vocab_size: int 
 def token_loss_sum(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Sum of the cross-entropy over real (non-padding) tokens, and how many real tokens there were."""
     logits = model(tokens)
-    total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                                        reduction="sum")
     return total, int((labels != IGNORE_INDEX).sum())
 
 
@@ -528,8 +486,7 @@ def token_gradients(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor
     the whole batch (the fix; equals the big batch's mean token loss). ``micro_batch_size`` equal to
     the batch gives the big-batch gradient.
     """
-    if normalize not in ("micro_mean", "total_tokens"):
-        raise ValueError(f"normalize must be 'micro_mean' or 'total_tokens', got {normalize!r}")
+    checks.choice(normalize, "normalize", ("micro_mean", "total_tokens"))
     steps = accumulation_steps_for(tokens.shape[0], micro_batch_size)
     total_tokens = int((labels != IGNORE_INDEX).sum())
     if total_tokens == 0:
@@ -556,10 +513,11 @@ def tokens_per_micro_batch(labels: torch.Tensor, micro_batch_size: int) -> list[
 # --------------------------------------------------------------------------------------------
 # Training loops
 # --------------------------------------------------------------------------------------------
-def regression_dataset(n: int = 256, in_features: int = 10, seed: int = 0, noise: float = 0.1) -> torch.utils.data.TensorDataset:
+def regression_dataset(n: int = 256, in_features: int = 10, seed: int = 0,
+                       noise: float = 0.1) -> torch.utils.data.TensorDataset:
     """A small linear-regression dataset ``(x, y)`` with a fixed random true weight and a little noise."""
-    _check_int("n", n, 1, 1_000_000)
-    _check_int("in_features", in_features, 1, 4096)
+    checks.integer(n, "n", 1, 1_000_000)
+    checks.integer(in_features, "in_features", 1, 4096)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, in_features, generator=g)
     w = torch.randn(in_features, 1, generator=g)
@@ -574,7 +532,7 @@ def train_with_accumulation(model: nn.Module, loader: Iterable, optimizer: torch
     Returns the loss of each update, averaged over its micro-batches (the loss of the effective batch).
     Micro-batches left over at the end (fewer than ``accumulation_steps``) are dropped, never stepped.
     """
-    _check_int("accumulation_steps", accumulation_steps)
+    checks.integer(accumulation_steps, "accumulation_steps")
     losses: list[float] = []
     running = 0.0
     optimizer.zero_grad(set_to_none=True)
@@ -594,7 +552,8 @@ def train_with_accumulation(model: nn.Module, loader: Iterable, optimizer: torch
 def same_weights(a: nn.Module, b: nn.Module, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     """True when two models' parameters are equal up to rounding (``torch.allclose``)."""
     pa, pb = list(a.parameters()), list(b.parameters())
-    return len(pa) == len(pb) and all(p.shape == q.shape and torch.allclose(p, q, rtol=rtol, atol=atol) for p, q in zip(pa, pb))
+    return len(pa) == len(pb) and all(p.shape == q.shape and torch.allclose(p, q, rtol=rtol, atol=atol)
+                                      for p, q in zip(pa, pb))
 
 
 class TinyRegressor(nn.Module):
@@ -602,8 +561,7 @@ class TinyRegressor(nn.Module):
 
     def __init__(self, in_features: int = 10, hidden: int = 32, seed: int = 0) -> None:
         super().__init__()
-        torch.manual_seed(seed)
-        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = make_mlp(hidden, seed, in_features=in_features, out_features=1)  # 10 -> 32 ReLU -> 1
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         out = self.net(x)
@@ -627,30 +585,20 @@ class DictDataset(torch.utils.data.Dataset):
         return {"x": x, "labels": y}
 
 
-def quiet_transformers() -> None:
-    """Silence what transformers writes to stderr (bitsandbytes' import warning, progress bars, info logs)."""
-    from .hardware import import_bitsandbytes  # noqa: PLC0415
-
-    import_bitsandbytes()  # transformers may import it; this silences its harmless warning first
-    import transformers  # noqa: PLC0415
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 def train_with_trainer(args, model: nn.Module, dataset: torch.utils.data.Dataset) -> list[tuple[int, float]]:
     """Train ``model`` with a Hugging Face ``Trainer`` built from ``args``; return ``(update, loss)`` pairs.
 
-    The Trainer's own printer (which also prints run times) is removed, so the only output is what the
-    caller prints. Pass ``logging_steps=1`` in ``args`` to get one loss per optimizer update.
+    The Trainer's own printer (which also prints run times) is removed, and the run is wrapped in
+    :func:`course_utils.quiet.quiet_libraries` (no progress bars, warnings or info logs; everything is
+    restored after), so the only output is what the caller prints. Pass ``logging_steps=1`` in ``args`` to
+    get one loss per optimizer update. ``args.max_steps`` must be 1-1000: this helper runs short demos only.
     """
-    quiet_transformers()
-    from transformers import Trainer  # noqa: PLC0415
-    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
+    checks.integer(getattr(args, "max_steps", None), "args.max_steps", 1, 1000)
+    with quiet_libraries():
+        from transformers import Trainer
+        from transformers.trainer_callback import PrinterCallback
 
-    if getattr(args, "max_steps", -1) is None or not 0 < getattr(args, "max_steps", -1) <= 1000:
-        raise ValueError("args.max_steps must be between 1 and 1000: this helper runs short demos only")
-    trainer = Trainer(model=model, args=args, train_dataset=dataset)
-    trainer.remove_callback(PrinterCallback)
-    trainer.train()
+        trainer = Trainer(model=model, args=args, train_dataset=dataset)
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
     return [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h]

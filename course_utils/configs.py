@@ -7,6 +7,9 @@ with ``_`` are notes and are dropped on reading.
 from __future__ import annotations
 
 import json
+import re
+import urllib.error
+import urllib.request
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +20,7 @@ REQUIRED_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vo
 
 def config_presets() -> dict[str, Path]:
     """The architecture configs shipped in ``data/configs``, by name (e.g. 'smollm2-135m')."""
-    from course_utils import data_path  # noqa: PLC0415
+    from course_utils import data_path
 
     try:
         folder = data_path("configs")
@@ -42,6 +45,16 @@ def resolve_config(config: str | os.PathLike) -> Path:
                      f"({', '.join(presets) or 'none shipped'})")
 
 
+def config_name(config: str | os.PathLike | Mapping[str, Any]) -> str:
+    """A short name for a config: the preset's or file's stem, or a dict's ``_name_or_path`` / ``model_type``."""
+    if isinstance(config, Mapping):
+        return str(config.get("_name_or_path") or config.get("model_type") or "custom")
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config)
+        return path.stem if path.suffix == ".json" else path.name
+    raise TypeError(f"config must be a preset name, a path or a dict, got {type(config).__name__}")
+
+
 def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
     """An architecture config as a plain dict: from a mapping, a ``config.json`` path or a preset name.
 
@@ -64,3 +77,51 @@ def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"config must give {key} as a positive integer (got {value!r})")
     return cfg
+
+
+#: A Hub model id: ``ORG/NAME`` (letters, digits, ``-``, ``_``, ``.``).
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """A model's ``config.json`` from the Hugging Face Hub (that file only, never weights), read as above.
+
+    Honours ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` and ``HF_TOKEN`` (for gated models). Raises ValueError with one
+    line that names the shipped presets and ``--config`` when the Hub cannot be asked (offline, unreachable),
+    the model is gated or unknown, or the file is not a decoder config.
+    """
+    from course_utils.hub import hub_address, hub_offline_env, hub_reachable
+
+    if not isinstance(repo_id, str) or not HUB_ID.match(repo_id.strip()):
+        raise ValueError(f"{repo_id!r} is not a Hub model id of the form ORG/NAME (e.g. HuggingFaceTB/SmolLM2-135M)")
+    repo_id = repo_id.strip()
+    instead = (f"use a shipped preset ({', '.join(config_presets())}) or --config PATH to a config.json you have")
+    if hub_offline_env():
+        raise ValueError(f"HF_HUB_OFFLINE is set, so {repo_id}'s config.json cannot be read from the Hub; {instead}")
+    if not hub_reachable(timeout_s=3.0):  # one quick try, so a missing network never hangs on DNS
+        host, port = hub_address()
+        raise ValueError(f"the Hub ({host}:{port}) did not answer within 3 s (offline?); {instead}")
+    endpoint = (os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/{repo_id}/resolve/main/config.json",
+                                     headers={"User-Agent": "course-utils"})
+    token = os.environ.get("HF_TOKEN", "").strip()
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            raw = answer.read(5_000_000)
+    except urllib.error.HTTPError as err:
+        why = {401: "is gated or private (accept its licence on the Hub and set HF_TOKEN)",
+               403: "is gated or private (accept its licence on the Hub and set HF_TOKEN)",
+               404: "is not on the Hub, or has no config.json"}.get(err.code, f"could not be read (HTTP {err.code})")
+        raise ValueError(f"{repo_id} {why}; {instead}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ValueError(f"the Hub ({endpoint}) is not reachable ({reason}); {instead}") from None
+    try:
+        cfg = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{repo_id}'s config.json is not JSON; {instead}") from None
+    if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language part
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    return read_config(cfg)

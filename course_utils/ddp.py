@@ -33,7 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .accumulation import _check_int, accumulation_steps_for, compare_gradients
+from course_utils import checks
+from course_utils.accumulation import accumulation_steps_for, compare_gradients
+from course_utils.digits import make_mlp
 
 #: Process-group backends: gloo runs on CPUs, nccl on NVIDIA GPUs (one GPU per process).
 BACKENDS = ("gloo", "nccl")
@@ -42,14 +44,13 @@ MAX_CPU_PROCESSES = 8
 
 
 def make_model(seed: int = 0) -> nn.Sequential:
-    """The small MLP every rank builds (same seed, so the same starting weights everywhere)."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(10, 32), nn.GELU(), nn.Linear(32, 1))
+    """The small MLP every rank builds, 10 -> 32 GELU -> 1 (same seed, so the same starting weights everywhere)."""
+    return make_mlp(32, seed, in_features=10, out_features=1, activation="gelu")
 
 
 def global_batch(batch_size: int = 64, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole batch ``(x, y)``; every rank draws the same one and keeps its own slice."""
-    _check_int("batch_size", batch_size)
+    checks.integer(batch_size, "batch_size")
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch_size, 10, generator=g), torch.randn(batch_size, 1, generator=g)
 
@@ -85,8 +86,8 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
     Runs the update twice from the same weights: with ``no_sync()`` (the right way) and without it
     (all-reduce after every micro-batch), counting the all-reduces each time. Saves both gradients.
     """
-    import torch.distributed as dist  # noqa: PLC0415
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     torch.set_num_threads(1)  # the ranks share this machine's cores
     if backend == "gloo" and _loopback_interface() and "GLOO_SOCKET_IFNAME" not in os.environ:
@@ -160,20 +161,19 @@ class DDPCheck:
 
 def rank_device(rank: int, backend: str) -> torch.device:
     """The device of process ``rank``: GPU ``rank`` with ``"nccl"`` (one GPU per process), the CPU with ``"gloo"``."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    _check_int("rank", rank, 0, 63)
+    checks.choice(backend, "backend", BACKENDS)
+    checks.integer(rank, "rank", 0, 63)
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
 def pick_backend(world_size: int = 2) -> str:
-    """The backend :func:`run_ddp_check` should use here: ``"nccl"`` when there is a CUDA GPU per process, else ``"gloo"``.
+    """The backend :func:`run_ddp_check` should use here: ``"nccl"`` with a CUDA GPU per process, else ``"gloo"``.
 
     The device question goes through :func:`course_utils.hardware.pick_device`, like every lesson's.
     """
-    from .hardware import pick_device  # noqa: PLC0415
+    from .hardware import pick_device
 
-    _check_int("world_size", world_size, 1, 64)
+    checks.integer(world_size, "world_size", 1, 64)
     if pick_device().type == "cuda" and torch.cuda.device_count() >= world_size:
         return "nccl"
     return "gloo"
@@ -181,23 +181,21 @@ def pick_backend(world_size: int = 2) -> str:
 
 def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, backend: str, timeout_s: float) -> int:
     """Validate the arguments of :func:`run_ddp_check`; return the micro-batch size."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    _check_int("batch_size", batch_size, 1, 1_000_000)
+    checks.choice(backend, "backend", BACKENDS)
+    checks.integer(batch_size, "batch_size", 1, 1_000_000)
     limit = MAX_CPU_PROCESSES if backend == "gloo" else max(torch.cuda.device_count(), 1)
-    _check_int("world_size", world_size, 1, limit)
+    checks.integer(world_size, "world_size", 1, limit)
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
         raise ValueError(f"backend 'nccl' needs one CUDA GPU per process: world_size={world_size}, "
                          f"GPUs={torch.cuda.device_count() if torch.cuda.is_available() else 0}; use 'gloo' on CPU")
     if world_size > batch_size:
         raise ValueError(f"world_size must be at most batch_size ({batch_size}): each process needs at least "
                          f"one example, got {world_size}")
-    _check_int("accumulation_steps", accumulation_steps, 1, batch_size)
+    checks.integer(accumulation_steps, "accumulation_steps", 1, batch_size)
     if batch_size % (world_size * accumulation_steps):
         raise ValueError(f"batch_size ({batch_size}) must split evenly into world_size ({world_size}) x "
                          f"accumulation_steps ({accumulation_steps}) micro-batches")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 600:
-        raise ValueError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
+    checks.positive(timeout_s, "timeout_s", 600)
     micro = batch_size // (world_size * accumulation_steps)
     accumulation_steps_for(batch_size, micro, world_size)  # the same rule the single-process helpers use
     return micro
@@ -223,11 +221,10 @@ def launch(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
     ``fn`` must be importable (defined in a module, not in a notebook). Raises TimeoutError after
     stopping the processes that overran, and RuntimeError with the worker's message if one failed.
     """
-    import torch.multiprocessing as mp  # noqa: PLC0415
+    import torch.multiprocessing as mp
 
-    _check_int("nprocs", nprocs, 1, 64)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 600:
-        raise ValueError(f"timeout_s must be between 0 and 600 seconds, got {timeout_s!r}")
+    checks.integer(nprocs, "nprocs", 1, 64)
+    checks.positive(timeout_s, "timeout_s", 600)
     method = start_method()
     if method == "forkserver":
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)

@@ -1,49 +1,81 @@
-"""A small real network to quantize: an MLP trained on scikit-learn's handwritten digits.
+"""The course's small real task: scikit-learn's handwritten digits, the MLP that learns them, and its scores.
 
 scikit-learn ships the digits data set (1,797 images of 8 x 8 pixels, digits 0-9) inside the package, so
-everything here works offline. Training takes about a second on one CPU core and is deterministic: fixed
-seeds, float64 arithmetic on one thread (so the rounding of the trained weights does not depend on the
-machine's thread count), then the model is converted to float32, the format it is evaluated in.
+everything here works offline. Notebooks 01 (quantization) and 02 (mixed precision) use the same split,
+:func:`load_digits_data`: 1,347 training and 450 test images, stratified, fixed by a seed.
 
-:func:`quality_by_format` answers the lesson's question "same model, four formats": how good is the model
-when its weights are stored in bfloat16, float16, int8, int4, int3 or int2?
+* **data**: :class:`DigitsData` (with :meth:`DigitsData.batches`, random mini-batches for a training loop);
+* **model**: :func:`make_mlp`, the one MLP builder of the course (notebook 01's 64 -> 64 -> 10 network by
+  default; notebook 02's classifier and notebook 03's sweep model are the same function with other sizes);
+* **training and scoring**: :func:`train_digits_mlp` (deterministic: fixed seeds, float64 arithmetic on one
+  thread, so the rounding of the trained weights does not depend on the machine's thread count, then float32),
+  :func:`evaluate` (test accuracy and loss);
+* **formats**: :func:`quality_by_format` answers notebook 01's question "same model, four formats": how good
+  is the model when its weights are stored in bfloat16, float16, int8, int4, int3 or int2?
 """
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Literal, NamedTuple, Sequence
 
 import torch
 from torch import nn
 
-from course_utils import quant
+from course_utils import checks, quant
+from course_utils.hardware import cpu_threads
 
 #: Formats :func:`model_in_format` knows, with their bits per weight.
 FORMAT_BITS: dict[str, int] = {"float32": 32, "bfloat16": 16, "float16": 16, "int8": 8, "int4": 4, "int3": 3,
                                "int2": 2}
 #: The formats of the lesson's experiment, from widest to narrowest.
 FORMATS: tuple[str, ...] = tuple(FORMAT_BITS)
+#: Activations :func:`make_mlp` can put after each hidden layer.
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+#: Most random mini-batches :meth:`DigitsData.batches` draws in one call.
+MAX_STEPS = 100_000
 
 
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DigitsData:
-    """Digits split into train and test: pixels scaled to [0, 1] (float32), labels 0-9 (int64)."""
+    """Digits split into train and test: pixels scaled to [0, 1] (float32, 64 per image), labels 0-9 (int64)."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
 
+    def batches(self, steps: int, batch_size: int, seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``steps`` random mini-batches ``(x, y)`` from the training set (drawn with replacement from ``seed``).
+
+        The same arguments give the same batches; the global random stream is left alone.
+        """
+        steps = checks.integer(steps, "steps", 1, MAX_STEPS)
+        batch_size = checks.integer(batch_size, "batch_size", 1, len(self.y_train))
+        seed = checks.integer(seed, "seed", 0)
+        return self._draw(steps, batch_size, seed)  # checked now, not at the first next()
+
+    def _draw(self, steps: int, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            idx = torch.randint(0, len(self.y_train), (batch_size,), generator=g)
+            yield self.x_train[idx], self.y_train[idx]
+
 
 def load_digits_data(test_fraction: float = 0.25, seed: int = 0) -> DigitsData:
-    """scikit-learn's digits, split with stratification (the same split for the same ``seed``)."""
-    if not isinstance(test_fraction, float) or not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be a float between 0 and 1 (exclusive), got {test_fraction!r}")
-    _check_int(seed, "seed", 0)
-    from sklearn.datasets import load_digits  # noqa: PLC0415 - scikit-learn is needed only here
-    from sklearn.model_selection import train_test_split  # noqa: PLC0415
+    """scikit-learn's digits, split with stratification (the same split for the same ``seed``).
+
+    The defaults give the course's split: 1,347 training and 450 test images.
+    """
+    test_fraction = checks.number(test_fraction, "test_fraction", 0, 1, low_open=True)
+    if test_fraction == 1:
+        raise ValueError("test_fraction must be below 1: no image would be left to train on, got 1.0")
+    seed = checks.integer(seed, "seed", 0)
+    from sklearn.datasets import load_digits  # scikit-learn is needed only here
+    from sklearn.model_selection import train_test_split
 
     digits = load_digits()
     x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
@@ -52,54 +84,58 @@ def load_digits_data(test_fraction: float = 0.25, seed: int = 0) -> DigitsData:
     return DigitsData(x_tr, y_tr, x_te, y_te)
 
 
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be {minimum} or more, got {value}")
-    return value
+def _check_data(data: object) -> DigitsData:
+    if not isinstance(data, DigitsData):
+        raise TypeError(f"data must be a DigitsData (from load_digits_data), got {type(data).__name__}")
+    return data
 
 
-def make_mlp(hidden: int = 64, seed: int = 0) -> nn.Sequential:
-    """64 pixels -> ``hidden`` ReLU units -> 10 digit scores, initialised from ``seed``."""
-    _check_int(hidden, "hidden", 1)
-    _check_int(seed, "seed", 0)
-    gen_state = torch.random.get_rng_state()
-    try:
+# --------------------------------------------------------------------------------------------
+# The MLP
+# --------------------------------------------------------------------------------------------
+def make_mlp(hidden: int = 64, seed: int = 0, *, depth: int = 1, in_features: int = 64, out_features: int = 10,
+             activation: str = "relu") -> nn.Sequential:
+    """An MLP initialised from ``seed``: ``in_features`` -> ``depth`` hidden layers of ``hidden`` -> ``out_features``.
+
+    Each hidden layer is ``nn.Linear`` followed by ``activation`` ("relu" or "gelu"). The defaults are
+    notebook 01's digits network (64 pixels -> 64 ReLU units -> 10 digit scores); notebook 02 trains
+    ``make_mlp(hidden=128, depth=2)``. The caller's random stream is left alone.
+    """
+    hidden = checks.integer(hidden, "hidden", 1, 65536)
+    seed = checks.integer(seed, "seed", 0)
+    depth = checks.integer(depth, "depth", 1, 64)
+    in_features = checks.integer(in_features, "in_features", 1, 65536)
+    out_features = checks.integer(out_features, "out_features", 1, 65536)
+    act = ACTIVATIONS[checks.choice(activation, "activation", ACTIVATIONS)]
+    with torch.random.fork_rng(devices=[]):  # do not disturb the caller's random stream
         torch.manual_seed(seed)
-        return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
-    finally:
-        torch.random.set_rng_state(gen_state)  # do not disturb the caller's random stream
+        layers: list[nn.Module] = []
+        width = in_features
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), act()]
+            width = hidden
+        layers.append(nn.Linear(width, out_features))
+        return nn.Sequential(*layers)
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
+# --------------------------------------------------------------------------------------------
+# Training and scoring
+# --------------------------------------------------------------------------------------------
 def train_digits_mlp(data: DigitsData | None = None, hidden: int = 64, epochs: int = 30, lr: float = 1e-2,
                      batch_size: int = 64, seed: int = 0) -> nn.Sequential:
     """Train :func:`make_mlp` with Adam on the digits (mini-batches shuffled from ``seed``); float32, eval mode.
 
     Deterministic: the same arguments give bit-identical weights on a machine. About a second on one core.
     """
-    data = load_digits_data() if data is None else data
-    if not isinstance(data, DigitsData):
-        raise TypeError(f"data must be a DigitsData (from load_digits_data) or None, got {type(data).__name__}")
-    _check_int(epochs, "epochs", 1)
-    _check_int(batch_size, "batch_size", 1)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr < 1.0:
-        raise ValueError(f"lr must be a number between 0 and 1 (exclusive), got {lr!r}")
+    data = load_digits_data() if data is None else _check_data(data)
+    epochs = checks.integer(epochs, "epochs", 1)
+    batch_size = checks.integer(batch_size, "batch_size", 1)
+    lr = checks.positive(lr, "lr", 1)
     model = make_mlp(hidden, seed).double()
     x, y = data.x_train.double(), data.y_train
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     order = torch.Generator().manual_seed(seed)
-    with _one_thread():
+    with cpu_threads(1):
         for _ in range(epochs):
             perm = torch.randperm(len(x), generator=order)
             for start in range(0, len(x), batch_size):
@@ -119,25 +155,20 @@ class Quality(NamedTuple):
 
 
 def evaluate(model: nn.Module, data: DigitsData) -> Quality:
-    """Accuracy and cross-entropy of ``model`` on ``data``'s test set (computed in float32)."""
+    """Accuracy and cross-entropy of ``model`` on ``data``'s test set, on the model's device, in float32."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(data, DigitsData):
-        raise TypeError(f"data must be a DigitsData, got {type(data).__name__}")
+    data = _check_data(data)
+    device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(data.x_test).float()
+        logits = model(data.x_test.to(device)).float().cpu()
     accuracy = float((logits.argmax(dim=1) == data.y_test).float().mean())
     return Quality(accuracy, float(nn.functional.cross_entropy(logits, data.y_test)))
 
 
-def _check_format(fmt: object) -> str:
-    if not isinstance(fmt, str):
-        raise TypeError(f"fmt must be a string, one of {', '.join(FORMATS)}; got {type(fmt).__name__}")
-    if fmt not in FORMAT_BITS:
-        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
-    return fmt
-
-
+# --------------------------------------------------------------------------------------------
+# Same model, several formats
+# --------------------------------------------------------------------------------------------
 def linear_weight_count(model: nn.Module) -> int:
     """Number of weights in the model's ``nn.Linear`` layers (biases not counted)."""
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
@@ -152,8 +183,9 @@ def model_in_format(model: nn.Module, fmt: str,
     ``block_size`` says otherwise; biases stay float32). The copy computes in float32 either way: this
     measures what the rounding does to quality, not speed.
     """
-    fmt = _check_format(fmt)
-    bits = FORMAT_BITS[fmt]
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt must be a string, one of {', '.join(FORMATS)}; got {type(fmt).__name__}")
+    bits = FORMAT_BITS[checks.choice(fmt, "fmt", FORMATS)]
     if fmt.startswith("int"):
         return quant.quantize_model_weights(model, bits, block_size=block_size)
     if not isinstance(model, nn.Module):

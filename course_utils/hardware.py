@@ -10,16 +10,15 @@ wants the fast native path must ask for compute capability >= 8.0 (Ampere and ne
 """
 from __future__ import annotations
 
-import logging
 import os
 import platform
-import resource
-import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import torch
+
+from course_utils import checks
+from course_utils.datasheets import DATASHEETS, Datasheet, datasheet_key
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,71 +106,6 @@ def needs_loss_scaling(dtype: torch.dtype) -> bool:
 # --------------------------------------------------------------------------------------------
 # Datasheet speeds
 # --------------------------------------------------------------------------------------------
-class Datasheet(NamedTuple):
-    """Peak dense throughput from NVIDIA's datasheets and whitepapers, in TFLOP/s (no sparsity)."""
-
-    name: str
-    fp32_tflops: float
-    tensor16_tflops: float  # 16-bit matrix peak: tensor cores (fp16/bf16, FP32 accumulate) where the GPU has them
-    memory_gb: float
-
-
-#: Datasheet figures for the GPUs learners meet most, by short key. Consumer GeForce cards are listed at their
-#: FP32-accumulate tensor rate (what PyTorch's 16-bit matmuls use), half their FP16-accumulate headline figure.
-#: The P100 has no tensor cores: its 16-bit figure is plain FP16 at twice the FP32 rate.
-DATASHEETS: dict[str, Datasheet] = {
-    "T4": Datasheet("NVIDIA T4", 8.1, 65.0, 16.0),
-    "P100": Datasheet("NVIDIA P100 PCIe", 9.3, 18.7, 16.0),
-    "V100": Datasheet("NVIDIA V100 SXM2", 15.7, 125.0, 16.0),
-    "V100-PCIe": Datasheet("NVIDIA V100 PCIe", 14.0, 112.0, 16.0),
-    "L4": Datasheet("NVIDIA L4", 30.3, 121.0, 24.0),
-    "A10": Datasheet("NVIDIA A10", 31.2, 125.0, 24.0),
-    "L40S": Datasheet("NVIDIA L40S", 91.6, 362.0, 48.0),
-    "A100": Datasheet("NVIDIA A100 SXM", 19.5, 312.0, 80.0),
-    "A100-40GB": Datasheet("NVIDIA A100 40GB", 19.5, 312.0, 40.0),
-    "H100": Datasheet("NVIDIA H100 SXM", 67.0, 989.0, 80.0),
-    "H100-PCIe": Datasheet("NVIDIA H100 PCIe", 51.0, 756.0, 80.0),
-    "H100-NVL": Datasheet("NVIDIA H100 NVL", 60.0, 835.0, 94.0),
-    "H200": Datasheet("NVIDIA H200 SXM", 67.0, 989.0, 141.0),
-    "H200-NVL": Datasheet("NVIDIA H200 NVL", 60.0, 835.0, 141.0),
-    "RTX-3080": Datasheet("NVIDIA GeForce RTX 3080", 29.8, 59.5, 10.0),
-    "RTX-3090": Datasheet("NVIDIA GeForce RTX 3090", 35.6, 71.0, 24.0),
-    "RTX-4080": Datasheet("NVIDIA GeForce RTX 4080", 48.7, 97.5, 16.0),
-    "RTX-4090": Datasheet("NVIDIA GeForce RTX 4090", 82.6, 165.2, 24.0),
-}
-
-#: How a CUDA device name maps to a key above: every token of the pattern must appear in the name, first
-#: match wins, so variants come before the plain model. An A10G (AWS) has no NVIDIA datasheet of its own:
-#: it is matched to the A10's, and the name says so.
-_NAME_PATTERNS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("H100", "NVL"), "H100-NVL"), (("H100", "PCIE"), "H100-PCIe"), (("H100",), "H100"),
-    (("H200", "NVL"), "H200-NVL"), (("H200",), "H200"),
-    (("A100", "40GB"), "A100-40GB"), (("A100",), "A100"),
-    (("V100", "PCIE"), "V100-PCIe"), (("V100",), "V100"),
-    (("P100",), "P100"), (("T4",), "T4"), (("L4",), "L4"), (("L40S",), "L40S"),
-    (("A10",), "A10"), (("A10G",), "A10"),
-    (("RTX", "3080"), "RTX-3080"), (("RTX", "3090"), "RTX-3090"),
-    (("RTX", "4080"), "RTX-4080"), (("RTX", "4090"), "RTX-4090"),
-)
-
-
-def datasheet_key(name: str) -> str | None:
-    """The :data:`DATASHEETS` key for a CUDA device name such as 'Tesla T4' or 'NVIDIA H100 PCIe', or None.
-
-    Names are split into tokens, so 'L4' matches 'NVIDIA L4' but not 'NVIDIA L40S', and 'RTX 3090' does
-    not match 'RTX 3090 Ti' (a different card: None).
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__}")
-    tokens = set(name.upper().replace("-", " ").replace("_", " ").split())
-    if "TI" in tokens or "SUPER" in tokens:
-        return None  # Ti/SUPER cards have their own figures, not listed here
-    for pattern, key in _NAME_PATTERNS:
-        if all(part in tokens for part in pattern):
-            return key
-    return None
-
-
 def datasheet_for(name: str) -> Datasheet | None:
     """The datasheet entry for a GPU name such as 'Tesla T4' or 'NVIDIA H100 80GB HBM3' (None if not listed)."""
     key = datasheet_key(name)
@@ -199,55 +133,25 @@ def gpu_memory_gb(device: torch.device | str | int | None = None) -> float | Non
 
 
 # --------------------------------------------------------------------------------------------
-# Peak memory
+# CPU threads
 # --------------------------------------------------------------------------------------------
-@dataclass
-class PeakMemory:
-    """A peak-memory reading, with what it measured.
-
-    ``bytes`` is the number; ``what`` says which counter it came from, because a CUDA allocator peak and
-    a CPU process's resident-set peak are different things and should never be compared silently.
-    """
-
-    bytes: int = 0
-    reserved_bytes: int | None = None
-    what: str = ""
-
-    @property
-    def gb(self) -> float:
-        """The peak in GB (10^9 bytes)."""
-        return self.bytes / 1e9
-
-
-def process_peak_rss_bytes() -> int:
-    """This process's peak resident memory since it started (Linux reports ru_maxrss in KiB, macOS in bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
 @contextmanager
-def track_peak_memory(device: torch.device | str | None = None) -> Iterator[PeakMemory]:
-    """Measure the peak memory of the work inside a ``with`` block.
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` CPU threads for PyTorch's operations (None: leave as is), then restore.
 
-    On CUDA: the allocator's peak of allocated (and reserved) bytes during the block, counted from a
-    fresh reset. On CPU there is no resettable counter, so the reading is the process's peak resident
-    memory (a high-water mark since the process started): exact for the block only when the block runs
-    in a fresh process, an upper bound otherwise. ``what`` says which you got.
+    Timing tiny operations on a CPU shared with other work is fragile: with several threads, every
+    operation waits for all of them to be scheduled. One thread gives steadier, comparable numbers.
     """
-    dev = as_device(device)
-    reading = PeakMemory()
-    if dev.type == "cuda" and torch.cuda.is_available():
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        yield reading
-        torch.cuda.synchronize(dev)
-        reading.bytes = torch.cuda.max_memory_allocated(dev)
-        reading.reserved_bytes = torch.cuda.max_memory_reserved(dev)
-        reading.what = "CUDA peak allocated by PyTorch during the block (reserved shown separately)"
-    else:
-        yield reading
-        reading.bytes = process_peak_rss_bytes()
-        reading.what = "CPU process peak resident memory since the process started (no CUDA here)"
+    if n is None:
+        yield
+        return
+    checks.integer(n, "num_threads", 1, 1024)
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,13 +162,15 @@ def import_bitsandbytes():
 
     On CPUs with AVX-512-bf16, bitsandbytes logs a warning on import about an optional kernel package
     ("kernels") that would download from the Hugging Face Hub. It is harmless, but it lands on stderr,
-    which nbval compares, so the logger is silenced below warnings-that-matter first.
+    which nbval compares, so its logger shows errors only while it imports (its level is restored after).
     """
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-    try:
-        import bitsandbytes  # noqa: PLC0415
-    except Exception:  # noqa: BLE001 - missing, or a build without a backend for this machine
-        return None
+    from course_utils.quiet import quiet_loggers
+
+    with quiet_loggers(("bitsandbytes",)):
+        try:
+            import bitsandbytes
+        except Exception:  # noqa: BLE001 - missing, or a build without a backend for this machine
+            return None
     return bitsandbytes
 
 
@@ -276,7 +182,7 @@ def versions() -> dict[str, str]:
 
     Read from the installed package metadata, so nothing heavy is imported just to print a version.
     """
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "bitsandbytes", "peft", "accelerate", "numpy", "matplotlib", "ipywidgets"):
@@ -311,7 +217,7 @@ def hardware_summary() -> str:
 
 def version_notes(installed: dict[str, str] | None = None) -> list[str]:
     """One line per course library outside the supported range (:data:`course_utils.about.SUPPORTED`)."""
-    from course_utils import about  # noqa: PLC0415 - about is tiny; imported here to keep this module's top light
+    from course_utils import about
 
     have = versions() if installed is None else installed
     notes = [about.version_status(name, have.get(name)) for name in about.SUPPORTED]

@@ -25,29 +25,34 @@ optimizer allocates its states lazily, ``torch.compile`` compiles). So one unmea
 first, the peak counter is reset, and then ``steps`` steps are measured and timed. The warm-up step's
 time is reported separately (``first_step_seconds``): for ``compile=True`` it contains the compilation.
 
-Command line (used by :func:`measure_training_step` for its child process; handy for maintainers)::
+It also times one frozen layer stored three ways (:func:`time_frozen_layer`, lesson 04). The peak tracker is
+:mod:`course_utils.peak`; the estimates these measurements are compared with are :mod:`course_utils.step_memory`.
 
-    python -m course_utils.measure --method lora --batch 8 --seq 128
-    python -m course_utils.measure --json '{"config": "smollm2-135m", "method": "full", "batch": 1}'
+The child process runs ``python -m course_utils.measure --json SPEC`` and prints one JSON line;
+:func:`measure_training_steps` runs ``--many SPECS``, one child that forks a fresh process per case.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
+from contextlib import contextmanager
 import json
 import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
-#: ``lora-bf16`` keeps its historical name but means "LoRA on a 16-bit base": bfloat16 where the device has it
-#: natively (CPU, Ampere+), float16 on a T4 (see :func:`step_precision`).
-METHODS = ("full", "lora", "lora-bf16", "qlora")
-OPTIMIZERS = ("adamw", "adamw8bit")
+from course_utils import checks
+from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
+from course_utils.configs import config_name, read_config
+from course_utils.hardware import as_device
+from course_utils.memory import METHODS, OPTIMIZERS
+from course_utils.peak import current_rss_bytes, track_peak
+from course_utils.quiet import quiet_libraries
+from course_utils.units import GB
+
 #: Accepted spellings of the autocast dtype (None = no autocast). ``"auto"`` (or True) asks
 #: :func:`course_utils.hardware.autocast_dtype` for the device's 16-bit dtype: use it unless a lesson compares
 #: dtypes on purpose.
@@ -64,130 +69,6 @@ CHILD_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONWARNINGS": "ignore",
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Peak memory of a piece of work
-# --------------------------------------------------------------------------------------------
-@dataclass
-class WorkPeak:
-    """The peak memory of one piece of work, and what the number is.
-
-    ``bytes`` is the peak; ``start_bytes`` what was already in use when the work began (so
-    ``bytes - start_bytes`` is what the work added at its worst moment); ``reserved_bytes`` is the CUDA
-    caching allocator's reserved peak (None on CPU); ``what`` names the counter.
-    """
-
-    bytes: int = 0
-    start_bytes: int = 0
-    reserved_bytes: int | None = None
-    what: str = ""
-    device: str = "cpu"
-
-    @property
-    def gb(self) -> float:
-        """The peak in GB (10^9 bytes)."""
-        return self.bytes / 1e9
-
-    @property
-    def added_bytes(self) -> int:
-        """What the work added on top of what was in use when it started."""
-        return max(0, self.bytes - self.start_bytes)
-
-
-def _proc_status_kib(key: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def current_rss_bytes() -> int:
-    """This process's resident memory now (Linux /proc; elsewhere the peak so far, an upper bound)."""
-    kib = _proc_status_kib("VmRSS")
-    if kib is not None:
-        return kib * 1024
-    from course_utils.hardware import process_peak_rss_bytes  # noqa: PLC0415
-
-    return process_peak_rss_bytes()
-
-
-def reset_rss_high_water_mark() -> bool:
-    """Reset this process's resident-memory high-water mark (Linux >= 4.0). True if it worked."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError:
-        return False
-    return _proc_status_kib("VmHWM") is not None
-
-
-def rss_high_water_mark_bytes() -> int:
-    """Peak resident memory since the last reset (Linux VmHWM), else since the process started."""
-    kib = _proc_status_kib("VmHWM")
-    if kib is not None:
-        return kib * 1024
-    from course_utils.hardware import process_peak_rss_bytes  # noqa: PLC0415
-
-    return process_peak_rss_bytes()
-
-
-def _device_of(device: Any) -> "torch.device":  # noqa: F821 - torch imported lazily
-    """``device`` as a torch.device (None: the GPU if there is one), via :func:`course_utils.hardware.as_device`."""
-    from course_utils.hardware import as_device  # noqa: PLC0415
-
-    return as_device(device)
-
-
-@contextmanager
-def track_peak(device: Any = None) -> Iterator[WorkPeak]:
-    """Measure the peak memory of the work inside a ``with`` block, on any device.
-
-    CUDA: ``reset_peak_memory_stats`` at the start, ``max_memory_allocated`` (and ``..._reserved``) at the
-    end - the bytes PyTorch's tensors held at their peak (the CUDA context itself, a few hundred MB, is
-    outside this counter). CPU: the process's resident-memory high-water mark, reset at the start of the
-    block when the OS allows it (Linux), otherwise the peak since the process started. Resident memory
-    includes the Python interpreter and its libraries, and the allocator's free-but-kept pages: run the
-    work in a fresh process with ``MALLOC_MMAP_THRESHOLD_=65536`` (what :func:`measure_training_step`
-    does) for a number that tracks live tensors.
-    """
-    import torch  # noqa: PLC0415
-
-    dev = _device_of(device)
-    reading = WorkPeak(device=str(dev))
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        reading.start_bytes = torch.cuda.memory_allocated(dev)
-        yield reading
-        torch.cuda.synchronize(dev)
-        reading.bytes = torch.cuda.max_memory_allocated(dev)
-        reading.reserved_bytes = torch.cuda.max_memory_reserved(dev)
-        reading.what = ("CUDA: peak bytes allocated by PyTorch tensors during the work "
-                        "(torch.cuda.max_memory_allocated after reset_peak_memory_stats; reserved shown apart)")
-        return
-    reset = reset_rss_high_water_mark()
-    reading.start_bytes = current_rss_bytes()
-    yield reading
-    reading.bytes = rss_high_water_mark_bytes()
-    reading.what = ("CPU: peak resident memory of this process during the work (VmHWM, reset at its start)"
-                    if reset else
-                    "CPU: peak resident memory of this process since it started (no reset possible here)")
-
-
-def measure_peak(fn: Callable[[], Any], device: Any = None) -> tuple[Any, WorkPeak]:
-    """Run ``fn()`` and return ``(its result, the peak memory of the call)``; see :func:`track_peak`."""
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    with track_peak(device) as peak:
-        result = fn()
-    return result, peak
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,7 +124,7 @@ class StepMeasurement:
     @property
     def peak_gb(self) -> float:
         """The measured peak in GB (10^9 bytes)."""
-        return self.peak_bytes / 1e9
+        return self.peak_bytes / GB
 
     @property
     def runtime_bytes(self) -> int:
@@ -274,37 +155,6 @@ class StepMeasurement:
         return cls(**kwargs, extra=extra)
 
 
-def load_config(config: str | os.PathLike | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """A model config as a plain dict (``_source`` and dtype keys dropped) and a short name for it.
-
-    ``config`` is a preset name of a file in ``data/configs/`` (``"smollm2-135m"``), a path to a
-    ``config.json``, or a dict. Reading is :func:`course_utils.configs.read_config`.
-    """
-    from course_utils.configs import read_config  # noqa: PLC0415
-
-    if isinstance(config, Mapping):
-        name = str(config.get("_name_or_path") or config.get("model_type") or "custom")
-    elif isinstance(config, (str, os.PathLike)):
-        path = Path(config)
-        name = path.stem if path.suffix == ".json" else path.name
-    else:
-        raise TypeError(f"config must be a preset name, a path or a dict, got {type(config).__name__}")
-    cfg = read_config(config)
-    if "model_type" not in cfg:
-        raise ValueError("config must describe a model: a JSON object with a 'model_type' key")
-    for key in ("torch_dtype", "dtype"):
-        cfg.pop(key, None)
-    return cfg, name
-
-
-def _check_positive_int(name: str, value: Any, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if not 1 <= value <= high:
-        raise ValueError(f"{name} must be between 1 and {high}, got {value}")
-    return value
-
-
 def _normalise_autocast(autocast: Any) -> str | None:
     if autocast is None or autocast is False:
         return None
@@ -321,23 +171,20 @@ def _spec(config: Any, method: str, batch: int, seq: int, lora_rank: int, target
           checkpointing: bool, optimizer: str, autocast: Any, compile: bool, steps: int,
           accumulation: int, seed: int) -> dict[str, Any]:
     """Check every argument and return the plain-JSON description of the step."""
-    cfg, name = load_config(config)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {optimizer!r}")
-    _check_positive_int("batch", batch, 4096)
-    _check_positive_int("seq", seq, 1_000_000)
-    _check_positive_int("lora_rank", lora_rank, 4096)
-    _check_positive_int("steps", steps, 100)
-    _check_positive_int("accumulation", accumulation, 1024)
-    if isinstance(targets, str):
-        targets = [t for t in targets.split(",") if t]
-    if not targets or not all(isinstance(t, str) and t for t in targets):
-        raise ValueError("targets must be a non-empty list of module names such as ('q_proj', 'v_proj')")
+    cfg, name = read_config(config), config_name(config)
+    if "model_type" not in cfg:
+        raise ValueError("config must describe a model: a JSON object with a 'model_type' key")
+    for key in ("torch_dtype", "dtype"):  # the step chooses its dtypes (see step_precision)
+        cfg.pop(key, None)
+    checks.choice(method, "method", METHODS)
+    checks.choice(optimizer, "optimizer", OPTIMIZERS)
     limit = cfg.get("max_position_embeddings")
-    if isinstance(limit, int) and seq > limit:
-        raise ValueError(f"seq must be at most the model's max_position_embeddings ({limit}), got {seq}")
+    checks.integer(batch, "batch", 1, 4096)
+    checks.integer(seq, "seq", 1, limit if isinstance(limit, int) else 1_000_000)
+    checks.integer(lora_rank, "lora_rank", 1, 4096)
+    checks.integer(steps, "steps", 1, 100)
+    checks.integer(accumulation, "accumulation", 1, 1024)
+    targets = normalize_targets(targets)
     return {"config": cfg, "config_name": name, "method": method, "batch": batch, "seq": seq,
             "lora_rank": lora_rank, "targets": list(targets), "checkpointing": bool(checkpointing),
             "optimizer": optimizer, "autocast": _normalise_autocast(autocast), "compile": bool(compile),
@@ -346,7 +193,7 @@ def _spec(config: Any, method: str, batch: int, seq: int, lora_rank: int, target
 
 def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smollm2-135m", *,
                           method: str = "lora", batch: int = 8, seq: int = 128, lora_rank: int = 8,
-                          targets: Sequence[str] = ("q_proj", "v_proj"), checkpointing: bool = False,
+                          targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
                           optimizer: str = "adamw", autocast: Any = None, compile: bool = False,
                           steps: int = 1, timeout_s: float = 300.0, accumulation: int = 1, seed: int = 0,
                           device: Any = None, subprocess_: bool | None = None) -> StepMeasurement:
@@ -365,11 +212,57 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
     """
     spec = _spec(config, method, batch, seq, lora_rank, targets, checkpointing, optimizer, autocast,
                  compile, steps, accumulation, seed)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 1 <= timeout_s <= 7200:
-        raise ValueError(f"timeout_s must be a number of seconds between 1 and 7200, got {timeout_s!r}")
-    dev = _device_of(device)
+    timeout_s = checks.number(timeout_s, "timeout_s", 1, 7200)
+    dev = _for_device(spec, device)
+    if not runs_in_child(dev, spec["compile"], subprocess_):
+        return StepMeasurement.from_dict(run_step(spec))
+    return StepMeasurement.from_dict(_run_in_child(spec, float(timeout_s)))
+
+
+def measure_training_steps(config: str | os.PathLike | Mapping[str, Any], cases: Sequence[Mapping[str, Any]], *,
+                           timeout_s: float = 300.0, device: Any = None) -> list[StepMeasurement | Exception]:
+    """Measure several training steps of one config, each as :func:`measure_training_step` would, in order.
+
+    ``cases`` are that function's keyword arguments (no ``compile``: a compiled step always gets a process of its
+    own). On a CPU they share one child process that imports the libraries once and then forks a fresh process
+    per case (Linux), so each case is measured as if alone, without paying the imports (10-15 s of CPU here)
+    each time; elsewhere each case gets its own child. ``timeout_s`` bounds each case. A case that fails or runs
+    too long gives its exception (TimeoutError, RuntimeError) in its place; bad arguments raise at once.
+    """
+    timeout_s = checks.number(timeout_s, "timeout_s", 1, 7200)
+    if not cases:
+        raise ValueError("cases must hold at least one case")
+    specs = []
+    for case in cases:
+        if case.get("compile"):
+            raise ValueError("cases: a compiled step is measured alone, with measure_training_step(compile=True)")
+        known = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "autocast", "steps",
+                 "accumulation", "seed")
+        unknown = set(case) - set(known)
+        if unknown:
+            raise ValueError(f"cases: unknown argument(s) {', '.join(sorted(unknown))}; allowed: {', '.join(known)}")
+        defaults = {"method": "lora", "batch": 8, "seq": 128, "lora_rank": 8, "targets": DEFAULT_TARGETS,
+                    "checkpointing": False, "optimizer": "adamw", "autocast": None, "steps": 1, "accumulation": 1,
+                    "seed": 0}
+        args = {**defaults, **case}
+        specs.append(_spec(config, args["method"], args["batch"], args["seq"], args["lora_rank"], args["targets"],
+                           args["checkpointing"], args["optimizer"], args["autocast"], False, args["steps"],
+                           args["accumulation"], args["seed"]))
+    dev = as_device(device)
+    for spec in specs:
+        _for_device(spec, dev)
+    if not runs_in_child(dev, False):
+        return [StepMeasurement.from_dict(run_step(spec)) for spec in specs]
+    if not _can_fork():
+        return [_child_or_error(spec, float(timeout_s)) for spec in specs]
+    return _run_forked_children(specs, float(timeout_s))
+
+
+def _for_device(spec: dict[str, Any], device: Any) -> Any:
+    """Check ``spec`` against ``device`` and fill in its device and autocast dtype; returns the torch.device."""
+    dev = as_device(device)
     if dev.type == "cuda":
-        import torch  # noqa: PLC0415
+        import torch
 
         if not torch.cuda.is_available():
             raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
@@ -378,9 +271,115 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
                          "use 'bf16' or 'auto' on a CPU")
     spec["device"] = str(dev)
     spec["autocast"] = step_precision(spec["method"], spec["autocast"], dev).autocast
-    if not runs_in_child(dev, spec["compile"], subprocess_):
-        return StepMeasurement.from_dict(run_step(spec))
-    return StepMeasurement.from_dict(_run_in_child(spec, float(timeout_s)))
+    return dev
+
+
+def _can_fork() -> bool:
+    """Linux only: macOS forks badly once system frameworks are loaded, Windows cannot fork."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def _child_or_error(spec: dict[str, Any], timeout_s: float) -> StepMeasurement | Exception:
+    try:
+        return StepMeasurement.from_dict(_run_in_child(spec, timeout_s))
+    except (TimeoutError, RuntimeError) as err:
+        return err
+
+
+def _run_forked_children(specs: list[dict[str, Any]], timeout_s: float) -> list[StepMeasurement | Exception]:
+    """One bounded child process for all ``specs`` (see :func:`fork_each`); a result or an exception per spec."""
+    total = timeout_s * len(specs) + 120.0  # the imports, then every case at its limit
+    try:
+        lines = _run_in_child_lines(["--many", json.dumps(specs), "--case-timeout", str(timeout_s)], total)
+    except (TimeoutError, RuntimeError) as err:
+        return [err] * len(specs)
+    answers: dict[int, Any] = {}
+    for line in lines:
+        payload = json.loads(line)
+        answers[payload["index"]] = payload
+    out: list[StepMeasurement | Exception] = []
+    for i in range(len(specs)):
+        payload = answers.get(i, {"error": "RuntimeError: the measuring process gave no answer for this case"})
+        if "result" in payload:
+            out.append(StepMeasurement.from_dict(payload["result"]))
+        elif payload["error"].startswith("TimeoutError"):
+            out.append(TimeoutError(f"the measured step did not finish within timeout_s={timeout_s:g} s"))
+        else:
+            out.append(RuntimeError(payload["error"]))
+    return out
+
+
+def _resident_file_pages() -> list[int]:
+    """Addresses of this process's resident pages of mapped files (libraries), from /proc/self/pagemap.
+
+    fork() does not copy the page-table entries of file mappings: a forked process's resident memory lacks the
+    library pages its parent had loaded until it touches them again. :func:`_touch` maps them back.
+    """
+    size = os.sysconf("SC_PAGE_SIZE")
+    pages: list[int] = []
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps, \
+                open("/proc/self/pagemap", "rb") as pagemap:
+            for line in maps:
+                fields = line.split()
+                if len(fields) < 6 or not fields[5].startswith("/") or "r" not in fields[1]:
+                    continue  # anonymous memory is copied by fork; unreadable pages cannot be touched
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                pagemap.seek(start // size * 8)
+                entries = pagemap.read((end - start) // size * 8)
+                pages += [start + i * size for i in range(len(entries) // 8)
+                          if entries[8 * i + 7] & 0x80]  # bit 63: the page is present
+    except OSError:
+        return []
+    return pages
+
+
+def _touch(pages: list[int]) -> None:
+    """Read one byte of each page, which maps it into this process."""
+    import ctypes
+
+    for address in pages:
+        ctypes.c_char.from_address(address).value  # noqa: B018 - the read is the point
+
+
+def fork_each(specs: list[dict[str, Any]], case_timeout_s: float) -> None:
+    """In the child: import the libraries once, then measure each spec in a process forked from this one.
+
+    A forked process starts with the imports already resident, as a fresh process has them after importing,
+    so its peak is the step's own. Each prints one JSON line ``{"index": i, "result": ...}`` (or ``"error"``);
+    a case past ``case_timeout_s`` is stopped by an alarm signal.
+    """
+    import signal
+
+    with quiet_libraries():
+        import peft  # noqa: F401 - everything a step imports, loaded before the forks
+        import torch  # noqa: F401 - imported for the forks, as above
+        from transformers import AutoModelForCausalLM  # noqa: F401 - loads the model classes for the forks
+    resident = _resident_file_pages()
+    for index, spec in enumerate(specs):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the forked process: one step, its answer down the pipe, then exit without cleanup
+            os.close(read_fd)
+            _touch(resident)  # map back the library pages fork left out, so the baseline is a fresh process's
+            signal.alarm(max(1, int(case_timeout_s)))
+            try:
+                payload = {"index": index, "result": run_step(spec)}
+            except BaseException as err:  # noqa: BLE001 - any failure is this case's answer, not the others'
+                payload = {"index": index, "error": f"{type(err).__name__}: {err}"[:500]}
+            with os.fdopen(write_fd, "w") as fh:
+                fh.write(json.dumps(payload))
+            os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd) as fh:
+            answer = fh.read()
+        _, status = os.waitpid(pid, 0)
+        if not answer:
+            killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
+            answer = json.dumps({"index": index, "error": "TimeoutError: past its time limit" if killed else
+                                 f"RuntimeError: the measuring process ended with status {status}"})
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
 
 
 class Precision(NamedTuple):
@@ -401,17 +400,17 @@ def step_precision(method: str, autocast: str | None, device: Any = None) -> Pre
     Loss scaling (:func:`course_utils.hardware.needs_loss_scaling`) is on when float16 does the arithmetic.
     Decides only: nothing is allocated.
     """
-    from course_utils.hardware import autocast_dtype, needs_loss_scaling  # noqa: PLC0415
+    from course_utils.hardware import autocast_dtype, needs_loss_scaling
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    half = autocast_dtype(_device_of(device))
+    half = autocast_dtype(as_device(device))
     half_name = str(half).replace("torch.", "")
     base = half_name if method in ("lora-bf16", "qlora") else "float32"
     if autocast not in (None, "auto", "bfloat16", "float16"):
         raise ValueError(f"autocast must be None, 'auto', 'bfloat16' or 'float16', got {autocast!r}")
     amp = half_name if autocast == "auto" else autocast
-    import torch  # noqa: PLC0415
+    import torch
 
     compute = amp or base
     return Precision(base, amp, needs_loss_scaling(getattr(torch, compute)))
@@ -424,7 +423,7 @@ def runs_in_child(device: Any, compile: bool, subprocess_: bool | None = None) -
     upper bound on its time, and only a child process can be stopped with everything it started - or when
     ``subprocess_`` asks for it. ``subprocess_=False`` with ``compile=True`` raises ValueError.
     """
-    dev = _device_of(device)
+    dev = as_device(device)
     if compile and subprocess_ is False:
         raise ValueError("subprocess_ must be None or True when compile=True: torch.compile runs in a child "
                          "process so that timeout_s can stop it")
@@ -434,32 +433,36 @@ def runs_in_child(device: Any, compile: bool, subprocess_: bool | None = None) -
 
 
 def _run_in_child(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    start = time.perf_counter()
+    result = json.loads(_run_in_child_lines(["--json", json.dumps(spec)], timeout_s)[-1])
+    result["wall_seconds"] = time.perf_counter() - start
+    return result
+
+
+def _run_in_child_lines(args: list[str], timeout_s: float) -> list[str]:
+    """Run ``python -m course_utils.measure ARGS`` in a bounded child process; its JSON lines."""
     env = dict(os.environ)
     env.update(CHILD_ENV)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, "-m", "course_utils.measure", "--json", json.dumps(spec)]
-    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "course_utils.measure", *args]
     try:
         done = _run_bounded(cmd, env, timeout_s)
     except subprocess.TimeoutExpired as err:
         raise TimeoutError(f"the measured step did not finish within timeout_s={timeout_s:g} s; "
                            "the child process and its helpers (e.g. compilers) were stopped") from err
-    wall = time.perf_counter() - start
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
         raise RuntimeError(f"the measuring process failed (exit status {done.returncode}):\n{tail}")
-    result = json.loads(lines[-1])
-    result["wall_seconds"] = wall
-    return result
+    return lines
 
 
 def _run_bounded(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group; on timeout kill the whole group (torch.compile starts compilers)."""
     if os.name != "posix":
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
-    import signal  # noqa: PLC0415
+    import signal
 
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                           start_new_session=True) as proc:
@@ -512,50 +515,12 @@ def _tensors_of_params(model: Any) -> Iterator[Any]:
 
 
 def _optimizer_tensors(opt: Any) -> Iterator[Any]:
-    import torch  # noqa: PLC0415
+    import torch
 
     for state in opt.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor):
                 yield value
-
-
-_QUIET_LOGGERS = ("bitsandbytes", "peft", "transformers", "accelerate", "torch._inductor", "torch._dynamo")
-
-
-@contextmanager
-def quiet_libraries() -> Iterator[None]:
-    """Silence warnings, bitsandbytes, transformers and peft inside a ``with`` block; restore them after.
-
-    Inside: every Python warning is ignored, the libraries' loggers show errors only, transformers' progress
-    bars are off. On exit the warning filters, the logger levels, transformers' verbosity and its progress-bar
-    switch are what they were, so a student's kernel is left as it was found.
-    """
-    import logging  # noqa: PLC0415
-    import warnings  # noqa: PLC0415
-
-    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in _QUIET_LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
-        from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
-
-        import_bitsandbytes()
-        import transformers  # noqa: PLC0415
-
-        tf_logging = transformers.utils.logging
-        verbosity, bars = tf_logging.get_verbosity(), tf_logging.is_progress_bar_enabled()
-        tf_logging.set_verbosity_error()
-        tf_logging.disable_progress_bar()
-        try:
-            yield
-        finally:
-            tf_logging.set_verbosity(verbosity)
-            if bars:
-                tf_logging.enable_progress_bar()
-            for name, level in levels.items():
-                logging.getLogger(name).setLevel(level)
 
 
 def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
@@ -564,8 +529,8 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     The 16-bit base of ``lora-bf16`` and ``qlora`` (and QLoRA's compute dtype) is :func:`step_precision`'s:
     bfloat16, or float16 on a T4.
     """
-    import torch  # noqa: PLC0415
-    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = dict(spec["config"])
     model_type = cfg.pop("model_type")
@@ -577,9 +542,9 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     # dtype must be explicit: from_config otherwise follows the config's "torch_dtype" (bfloat16 for SmolLM2)
     model = AutoModelForCausalLM.from_config(hf_config, dtype=base_dtype)
     if method == "qlora":
-        import tempfile  # noqa: PLC0415
+        import tempfile
 
-        from transformers import BitsAndBytesConfig  # noqa: PLC0415
+        from transformers import BitsAndBytesConfig
 
         with tempfile.TemporaryDirectory() as tmp:
             model.save_pretrained(tmp)
@@ -588,13 +553,14 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
                                        bnb_4bit_compute_dtype=base_dtype)
             model = AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant, dtype=base_dtype,
                                                          device_map={"": str(device)})
+            _detach_from_checkpoint_file(model)
     else:
         model = model.to(device)
     if spec.get("checkpointing"):
         model.activation_checkpointing_enable() if hasattr(model, "activation_checkpointing_enable") \
             else model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if method != "full":
-        from peft import LoraConfig, get_peft_model  # noqa: PLC0415
+        from peft import LoraConfig, get_peft_model
 
         lora = LoraConfig(r=spec["lora_rank"], lora_alpha=2 * spec["lora_rank"], lora_dropout=0.0,
                           target_modules=list(spec["targets"]), bias="none", task_type="CAUSAL_LM")
@@ -605,12 +571,27 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     return model
 
 
+def _detach_from_checkpoint_file(model: Any) -> None:
+    """Copy every tensor that is not 4-bit out of the temporary checkpoint file it was loaded from.
+
+    ``from_pretrained`` memory-maps the safetensors file, and tensors it does not convert (the embedding, the
+    norms) stay views of that mapping: on a CPU the file's pages would then count in the process's resident
+    memory for as long as the model lives (0.2 GB for SmolLM2), though the step does not need them.
+    """
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            if type(param).__name__ != "Params4bit":
+                param.data = param.data.clone()
+
+
 def make_optimizer(spec: Mapping[str, Any], params: list[Any]) -> Any:
     """AdamW from torch, or bitsandbytes' 8-bit AdamW, over ``params``."""
-    import torch  # noqa: PLC0415
+    import torch
 
     if spec["optimizer"] == "adamw8bit":
-        from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+        from course_utils.hardware import import_bitsandbytes
 
         bnb = import_bitsandbytes()
         if bnb is None:
@@ -629,11 +610,11 @@ _ADAMW8BIT_WORKS: dict[str, bool] = {}
 def adamw8bit_available(device: Any = "cpu") -> bool:
     """Whether bitsandbytes' 8-bit AdamW can take a step on ``device`` here (tried once per device type, on a
     4096-number tensor, the smallest that gets 8-bit states). bitsandbytes before 0.49 has no CPU version."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+    from course_utils.hardware import import_bitsandbytes
 
-    kind = _device_of(device).type
+    kind = as_device(device).type
     if kind not in _ADAMW8BIT_WORKS:
         bnb = import_bitsandbytes()
         try:
@@ -658,7 +639,7 @@ def is_checkpointed_layer(module: Any) -> bool:
     if not getattr(module, "gradient_checkpointing", False) or isinstance(module, type):
         return False
     try:
-        from transformers.modeling_layers import GradientCheckpointingLayer  # noqa: PLC0415
+        from transformers.modeling_layers import GradientCheckpointingLayer
     except ImportError:
         return type(module).__name__.endswith("DecoderLayer")
     return isinstance(module, GradientCheckpointingLayer)
@@ -667,7 +648,7 @@ def is_checkpointed_layer(module: Any) -> bool:
 @contextmanager
 def _count_saved_tensors(model: Any, exclude: set[int], checkpointing: bool) -> Iterator[dict[int, int]]:
     """Record the storages autograd saves for backward (and, with checkpointing, each layer's kept input)."""
-    import torch  # noqa: PLC0415
+    import torch
 
     seen: dict[int, int] = {}
 
@@ -703,153 +684,204 @@ def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Build the model, warm up one step, measure ``steps`` steps; return a :class:`StepMeasurement` dict."""
     import_start_rss = current_rss_bytes()
     with quiet_libraries():
-        return _run_step(spec, import_start_rss)
+        import peft  # noqa: F401 - imported before the baseline is read, so that every method has the same baseline
+
+        dev = as_device(spec.get("device"))
+        baseline = _memory_in_use(dev)
+        model = build_model(spec, dev)
+        step = _Step(spec, model, dev)
+        t0 = time.perf_counter()
+        step.run(count=False)  # warm-up: optimizer states, lazy allocations, compilation
+        step.sync()
+        first = time.perf_counter() - t0
+        losses = []
+        with track_peak(dev) as peak:
+            t0 = time.perf_counter()
+            for i in range(spec["steps"]):
+                losses.append(step.run(count=i == spec["steps"] - 1))
+            step.sync()
+            per_step = (time.perf_counter() - t0) / spec["steps"]
+        return _result(spec, step, peak, baseline=baseline, first=first, per_step=per_step, losses=losses,
+                       import_start_rss=import_start_rss)
 
 
-def _run_step(spec: Mapping[str, Any], import_start_rss: int) -> dict[str, Any]:
-    import torch  # noqa: PLC0415
+def _memory_in_use(dev: Any) -> int:
+    """What the peak counter of ``dev`` reads now: PyTorch's allocated bytes on CUDA, resident memory on CPU."""
+    import torch
 
-    from course_utils.hardware import autocast_dtype as hardware_autocast_dtype  # noqa: PLC0415
-
-    import peft  # noqa: F401, PLC0415 - always imported before the baseline is read, so every method has the same
-    dev = _device_of(spec.get("device"))
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-        baseline = torch.cuda.memory_allocated(dev)
-    else:
-        baseline = current_rss_bytes()
+        return torch.cuda.memory_allocated(dev)
+    return current_rss_bytes()
 
-    model = build_model(spec, dev)
-    trained = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(spec, trained)
-    precision = step_precision(spec["method"], spec.get("autocast"), dev)
-    autocast_dtype = getattr(torch, precision.autocast) if precision.autocast else None
-    half_dtype = hardware_autocast_dtype(dev)  # autocast's dtype argument when it is off (never used then)
-    scaler = torch.amp.GradScaler(dev.type) if precision.loss_scaling else None  # float16 needs loss scaling
-    step_fn = model
-    if spec.get("compile"):
-        step_fn = torch.compile(model)
-    vocab = int(spec["config"]["vocab_size"])
-    gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
-    micro = [torch.randint(0, vocab, (spec["batch"], spec["seq"]), generator=gen).to(dev)
-             for _ in range(spec["accumulation"])]
-    param_keys = {k[0] for k in (_storage_key(t) for t in _tensors_of_params(model)) if k}
 
-    counts: dict[str, int] = {}
+class _Step:
+    """One training step of ``model`` as the spec says: micro-batches, autocast, loss scaling, optimizer."""
 
-    def one_step(count: bool) -> float:
+    def __init__(self, spec: Mapping[str, Any], model: Any, dev: Any) -> None:
+        import torch
+
+        from course_utils.hardware import autocast_dtype
+
+        self.spec, self.model, self.dev = spec, model, dev
+        self.trained = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(spec, self.trained)
+        self.precision = step_precision(spec["method"], spec.get("autocast"), dev)
+        # autocast needs a valid dtype even when it is off: the device's own 16-bit one
+        self.amp_dtype = getattr(torch, self.precision.autocast) if self.precision.autocast else autocast_dtype(dev)
+        self.scaler = torch.amp.GradScaler(dev.type, enabled=self.precision.loss_scaling)  # float16 needs it
+        self.forward = torch.compile(model) if spec.get("compile") else model
+        gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
+        vocab = int(spec["config"]["vocab_size"])
+        self.micro_batches = [torch.randint(0, vocab, (spec["batch"], spec["seq"]), generator=gen).to(dev)
+                              for _ in range(spec["accumulation"])]
+        self.param_storages = {k[0] for k in (_storage_key(t) for t in _tensors_of_params(model)) if k}
+        self.counts: dict[str, int] = {}
+
+    def run(self, count: bool) -> float:
+        """One optimizer step over every micro-batch; with ``count``, count the saved activations and gradients."""
+        import torch
+
         loss_value = 0.0
-        for i, ids in enumerate(micro):
-            ctx = _count_saved_tensors(model, param_keys, spec.get("checkpointing", False)) if count and i == 0 \
-                else contextlib.nullcontext({})
+        for i, ids in enumerate(self.micro_batches):
+            counting = count and i == 0
+            ctx = _count_saved_tensors(self.model, self.param_storages, self.spec.get("checkpointing", False)) \
+                if counting else contextlib.nullcontext({})
             with ctx as seen:
-                with torch.autocast(dev.type, dtype=autocast_dtype or half_dtype, enabled=autocast_dtype is not None):
-                    loss = step_fn(input_ids=ids, labels=ids).loss / spec["accumulation"]
-                (scaler.scale(loss) if scaler else loss).backward()
-            if count and i == 0:
-                counts["saved"] = sum(seen.values())
+                with torch.autocast(self.dev.type, dtype=self.amp_dtype, enabled=self.precision.autocast is not None):
+                    loss = self.forward(input_ids=ids, labels=ids).loss / self.spec["accumulation"]
+                self.scaler.scale(loss).backward()
+            if counting:
+                self.counts["saved"] = sum(seen.values())
             loss_value += float(loss.detach())
         if count:
-            counts["grads"] = _unique_nbytes(p.grad for p in trained if p.grad is not None)
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            self.counts["grads"] = _unique_nbytes(p.grad for p in self.trained if p.grad is not None)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
         return loss_value
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+    def sync(self) -> None:
+        import torch
 
-    t0 = time.perf_counter()
-    one_step(count=False)  # warm-up: optimizer states, lazy allocations, compilation
-    sync()
-    first = time.perf_counter() - t0
-    losses = []
-    with track_peak(dev) as peak:
-        t0 = time.perf_counter()
-        for i in range(spec["steps"]):
-            losses.append(one_step(count=i == spec["steps"] - 1))
-        sync()
-        per_step = (time.perf_counter() - t0) / spec["steps"]
-    total_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    if any(type(p).__name__ == "Params4bit" for p in model.parameters()):  # packed: 2 numbers per byte
-        total_params = sum(p.numel() * (2 if type(p).__name__ == "Params4bit" else 1)
-                           for p in {id(p): p for p in model.parameters()}.values())
-    if dev.type == "cuda":
-        what = peak.what
-    else:
-        what = (peak.what.replace("this process", "a fresh child process")
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+
+
+def _true_param_count(model: Any) -> int:
+    """Every parameter once; bitsandbytes' packed 4-bit tensors hold 2 numbers per byte."""
+    unique = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() * (2 if type(p).__name__ == "Params4bit" else 1) for p in unique)
+
+
+def _result(spec: Mapping[str, Any], step: _Step, peak: Any, *, baseline: int, first: float, per_step: float,
+            losses: list[float], import_start_rss: int) -> dict[str, Any]:
+    """The plain-JSON :class:`StepMeasurement` of a measured step."""
+    import torch
+
+    what = peak.what
+    if step.dev.type != "cuda":
+        what = (what.replace("this process", "a fresh child process")
                 + "; includes the child's baseline (Python, torch, transformers); "
                 + "MALLOC_MMAP_THRESHOLD_=65536 so freed tensors leave the resident set")
-    result = {
+    return {
         "peak_bytes": int(peak.bytes), "baseline_bytes": int(baseline),
-        "weights_bytes": _unique_nbytes(_tensors_of_params(model)),
-        "grads_bytes": counts.get("grads", 0),
-        "optimizer_bytes": _unique_nbytes(_optimizer_tensors(optimizer)),
-        "saved_activations_bytes": counts.get("saved", 0),
-        "step_seconds": per_step, "device": str(dev), "what": what,
+        "weights_bytes": _unique_nbytes(_tensors_of_params(step.model)),
+        "grads_bytes": step.counts.get("grads", 0),
+        "optimizer_bytes": _unique_nbytes(_optimizer_tensors(step.optimizer)),
+        "saved_activations_bytes": step.counts.get("saved", 0),
+        "step_seconds": per_step, "device": str(step.dev), "what": what,
         "config_name": spec.get("config_name", ""), "method": spec["method"], "batch": spec["batch"],
         "seq": spec["seq"], "lora_rank": spec["lora_rank"], "targets": list(spec["targets"]),
         "checkpointing": bool(spec.get("checkpointing")), "optimizer": spec["optimizer"],
-        "autocast": precision.autocast, "compile": bool(spec.get("compile")), "steps": spec["steps"],
-        "accumulation": spec["accumulation"], "total_params": int(total_params),
-        "trained_params": int(sum(p.numel() for p in trained)), "first_step_seconds": first,
+        "autocast": step.precision.autocast, "compile": bool(spec.get("compile")), "steps": spec["steps"],
+        "accumulation": spec["accumulation"], "total_params": _true_param_count(step.model),
+        "trained_params": int(sum(p.numel() for p in step.trained)), "first_step_seconds": first,
         "compile_seconds": max(0.0, first - per_step) if spec.get("compile") else None,
         "reserved_bytes": peak.reserved_bytes, "loss": losses[-1] if losses else float("nan"),
         "torch_threads": torch.get_num_threads(), "start_bytes": int(peak.start_bytes),
         "extra": {"rss_before_imports_bytes": int(import_start_rss), "peak_start_bytes": int(peak.start_bytes),
-                  "base_dtype": precision.base, "loss_scaling": precision.loss_scaling},
+                  "base_dtype": step.precision.base, "loss_scaling": step.precision.loss_scaling},
     }
-    return result
 
 
+# Is 4-bit slow here? One frozen layer, forward + backward
 # --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m course_utils.measure",
-                                description="Measure the peak memory and time of a training step.")
-    p.add_argument("--json", help="run the step described by this JSON spec and print one JSON line")
-    p.add_argument("--config", default="smollm2-135m", help="preset name or config.json path")
-    p.add_argument("--method", default="lora", choices=METHODS)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--targets", default="q_proj,v_proj")
-    p.add_argument("--checkpointing", action="store_true")
-    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
-    p.add_argument("--autocast", default=None, choices=sorted(AUTOCAST_NAMES))
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--accumulation", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300.0)
-    return p
+def frozen_layer_plan(device: Any = None) -> list[tuple[str, Any, Any]]:
+    """The ways :func:`time_frozen_layer` stores its layer on ``device``: ``(label, storage dtype, compute dtype)``.
+
+    float32; the 16-bit dtype :func:`course_utils.hardware.autocast_dtype` picks for the device (bfloat16 on a
+    CPU and on Ampere-or-newer GPUs, float16 on a T4, which has no native bfloat16); and 4-bit NF4 computing in
+    that same 16-bit dtype, as QLoRA does. Decides only: nothing is allocated. ``device`` None means
+    :func:`course_utils.hardware.pick_device`.
+    """
+    import torch
+
+    from course_utils.hardware import as_device, autocast_dtype
+
+    half = autocast_dtype(as_device(device))
+    return [("float32", torch.float32, torch.float32),
+            (str(half).replace("torch.", ""), half, half),
+            ("4-bit NF4", torch.uint8, half)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.json:
-        result = run_step(json.loads(args.json))
-        sys.stdout.write(json.dumps(result) + "\n")
+def time_frozen_layer(in_features: int = 576, out_features: int = 1536, tokens: int = 512,
+                      min_run_time: float = 0.3, device: Any = None) -> dict[str, float]:
+    """Milliseconds of one forward + backward through a *frozen* linear layer stored three ways.
+
+    That is the work a frozen base layer does in every LoRA/QLoRA step: the input's gradient flows through
+    it, its own weight gets none. Stored as float32, in the device's 16-bit dtype, and (when bitsandbytes
+    can load) as 4-bit NF4 computing in that 16-bit dtype, as QLoRA does (see :func:`frozen_layer_plan`:
+    bfloat16 on a CPU or an Ampere-or-newer GPU, float16 on a T4). Timed with ``torch.utils.benchmark`` on
+    ``device`` (None: the GPU if there is one, else the CPU). Sizes default to one MLP projection of
+    SmolLM2-135M and 512 tokens (batch 8 x 64).
+    """
+    checks.integer(in_features, "in_features", 1, 16384)
+    checks.integer(out_features, "out_features", 1, 16384)
+    checks.integer(tokens, "tokens", 1, 65536)
+    checks.positive(min_run_time, "min_run_time", 10)
+    import torch
+    from torch.utils import benchmark
+
+    from course_utils.hardware import as_device, import_bitsandbytes
+
+    dev = as_device(device)
+    plan = frozen_layer_plan(dev)  # every dtype decided in one place, by the device
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=gen) / in_features ** 0.5
+    x = torch.randn(tokens, in_features, generator=gen)
+    layers: dict[str, tuple[Any, Any]] = {}
+    for label, dtype, _ in plan[:2]:
+        layer = torch.nn.Linear(in_features, out_features, bias=False, dtype=dtype, device=dev)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+        layers[label] = (layer.requires_grad_(False), dtype)
+    bnb = import_bitsandbytes()
+    if bnb is not None:
+        label, _, compute = plan[2]
+        layer4 = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=compute, quant_type="nf4")
+        layer4.load_state_dict({"weight": weight})
+        layers[label] = (layer4.to(dev).requires_grad_(False), compute)
+    out = {}
+    for label, (layer, dtype) in layers.items():
+        inp = x.to(device=dev, dtype=dtype).requires_grad_(True)
+        timer = benchmark.Timer("layer(inp).float().sum().backward()", globals={"layer": layer, "inp": inp})
+        out[label] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The child process of :func:`measure_training_step`: ``python -m course_utils.measure --json SPEC``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 2 and args[0] == "--json":
+        sys.stdout.write(json.dumps(run_step(json.loads(args[1]))) + "\n")
         return 0
-    try:
-        m = measure_training_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
-                                  lora_rank=args.lora_rank, targets=args.targets.split(","),
-                                  checkpointing=args.checkpointing, optimizer=args.optimizer,
-                                  autocast=args.autocast, compile=args.compile, steps=args.steps,
-                                  accumulation=args.accumulation, timeout_s=args.timeout)
-    except (ValueError, TypeError, TimeoutError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for key in ("peak_bytes", "baseline_bytes", "weights_bytes", "grads_bytes", "optimizer_bytes",
-                "saved_activations_bytes"):
-        print(f"{key:<24} {getattr(m, key) / 1e9:8.3f} GB")
-    print(f"{'step_seconds':<24} {m.step_seconds:8.2f} s (first step {m.first_step_seconds:.2f} s)")
-    print(f"measured: {m.what}")
-    return 0
+    if len(args) == 4 and args[0] == "--many" and args[2] == "--case-timeout":
+        fork_each(json.loads(args[1]), float(args[3]))
+        return 0
+    print("usage: python -m course_utils.measure --json SPEC | --many SPECS --case-timeout S (the measuring "
+          "child process; people use python -m course_utils memory --measure)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ The notebook ``02_mixed_precision`` calls these helpers. They fall into five gro
 * **range and loss scaling**: :func:`cast_value`, :func:`synthetic_gradients`, :func:`fp16_cast_stats`;
 * **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`time_matmul`,
   :func:`timing_report`;
-* **training and libraries**: :func:`digits_task`, :func:`make_classifier`, :func:`mixed_precision_plan`,
-  :func:`train_mixed_precision`, :func:`compare_runs` (a 16-bit run against float32, within a tolerance that
-  holds on every processor), :func:`training_arguments_kwargs`, :func:`library_settings`.
+* **training and libraries**: :func:`mixed_precision_plan`, :func:`train_mixed_precision` (on the course's
+  digits task and MLP from :mod:`course_utils.digits`), :func:`compare_runs` (a 16-bit run against float32,
+  within a tolerance that holds on every processor), :func:`training_arguments_kwargs`, :func:`library_settings`.
 
 Every function takes plain values (a dtype may be given by name: ``"float32"``, ``"bf16"``, ...) and rejects
 bad input with a ``ValueError`` or ``TypeError`` that names the argument and what is allowed.
@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from course_utils import hardware
+from course_utils import checks, digits, hardware
 
 # --------------------------------------------------------------------------------------------
 # Formats
@@ -93,15 +93,6 @@ def formats_table(dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", 
     return "\n".join(lines)
 
 
-def _check_real(value: float, argument: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{argument} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{argument} must be a finite number, got {value}")
-    return value
-
-
 def _check_in_range(value: float, dt: torch.dtype, argument: str) -> float:
     limit = torch.finfo(dt).max
     if abs(value) > limit:
@@ -111,18 +102,17 @@ def _check_in_range(value: float, dt: torch.dtype, argument: str) -> float:
 
 def cast_value(value: float, dtype: str | torch.dtype) -> float:
     """``value`` stored in ``dtype`` and read back as a Python float (inf when it overflows, 0.0 when it flushes)."""
-    value = _check_real(value, "value")
+    value = checks.number(value, "value")
     return torch.tensor(value, dtype=torch.float64).to(resolve_dtype(dtype)).item()
 
 
-def cast_table(values: Sequence[float], dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
+def cast_table(values: Sequence[float],
+               dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
     """A text table: each value (rows) as stored in each format (columns), 5 significant digits."""
-    if not values:
-        raise ValueError("values must contain at least one number")
-    names = [dtype_name(d) for d in dtypes]
-    lines = [f"{'value':>10} | " + " | ".join(f"{n:>10}" for n in names)]
+    names, lines = _table_head("values", values, "value", 10, dtypes, 10)
     for v in values:
-        lines.append(f"{_check_real(v, 'values'):>10.5g} | " + " | ".join(f"{cast_value(v, n):>10.5g}" for n in names))
+        v = checks.number(v, "values")
+        lines.append(f"{v:>10.5g} | " + " | ".join(f"{cast_value(v, n):>10.5g}" for n in names))
     return "\n".join(lines)
 
 
@@ -133,7 +123,7 @@ def spacing_around(value: float, dtype: str | torch.dtype) -> tuple[float, float
     its neighbour above 1 + 2**-23.
     """
     dt = resolve_dtype(dtype)
-    value = _check_in_range(_check_real(value, "value"), dt, "value")
+    value = _check_in_range(checks.number(value, "value"), dt, "value")
     w = torch.tensor(value, dtype=torch.float64).to(dt)
     below = torch.nextafter(w, torch.tensor(-math.inf, dtype=dt))
     above = torch.nextafter(w, torch.tensor(math.inf, dtype=dt))
@@ -149,8 +139,8 @@ def apply_update(w: float, update: float, dtype: str | torch.dtype) -> float:
     This is one optimizer step ``w <- w - lr * grad`` on a weight kept in ``dtype`` (``update = lr * grad``).
     """
     dt = resolve_dtype(dtype)
-    w = _check_in_range(_check_real(w, "w"), dt, "w")
-    update = _check_in_range(_check_real(update, "update"), dt, "update")
+    w = _check_in_range(checks.number(w, "w"), dt, "w")
+    update = _check_in_range(checks.number(update, "update"), dt, "update")
     return (torch.tensor(w, dtype=torch.float64).to(dt) - torch.tensor(update, dtype=torch.float64).to(dt)).item()
 
 
@@ -167,9 +157,12 @@ def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
     updates round back to ``w``.
     """
     dt = resolve_dtype(dtype)
-    w = _check_in_range(_check_real(w, "w"), dt, "w")
+    w = _check_in_range(checks.number(w, "w"), dt, "w")
     gap_below, _ = spacing_around(w, dt)
-    as_f32 = lambda bits: torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()  # noqa: E731
+
+    def as_f32(bits: int) -> float:  # the float32 number with this bit pattern
+        return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
+
     lo = 0  # bit pattern of +0.0: never survives
     hi = torch.tensor([gap_below], dtype=torch.float32).view(torch.int32).item()  # a whole gap always survives
     while hi - lo > 1:
@@ -184,12 +177,9 @@ def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
 def repeated_updates(w: float, update: float, steps: int, dtype: str | torch.dtype) -> float:
     """Apply ``w <- w - update`` ``steps`` times with the weight stored in ``dtype``; return the final weight."""
     dt = resolve_dtype(dtype)
-    if isinstance(steps, bool) or not isinstance(steps, int):
-        raise TypeError(f"steps must be an int, got {type(steps).__name__}")
-    if not 1 <= steps <= 100_000:
-        raise ValueError(f"steps must be between 1 and 100,000, got {steps}")
-    w = _check_in_range(_check_real(w, "w"), dt, "w")
-    u = torch.tensor(_check_in_range(_check_real(update, "update"), dt, "update"), dtype=torch.float64).to(dt)
+    steps = checks.integer(steps, "steps", 1, 100_000)
+    w = _check_in_range(checks.number(w, "w"), dt, "w")
+    u = torch.tensor(_check_in_range(checks.number(update, "update"), dt, "update"), dtype=torch.float64).to(dt)
     weight = torch.tensor(w, dtype=torch.float64).to(dt)
     for _ in range(steps):
         weight = weight - u
@@ -199,10 +189,7 @@ def repeated_updates(w: float, update: float, steps: int, dtype: str | torch.dty
 def update_table(updates: Sequence[float], w: float = 1.0,
                  dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
     """A text table: ``w - update`` for each update (rows) in each format (columns); '= w' marks a lost update."""
-    if not updates:
-        raise ValueError("updates must contain at least one value")
-    names = [dtype_name(d) for d in dtypes]
-    lines = [f"{'update':>9} | " + " | ".join(f"{n:>17}" for n in names)]
+    names, lines = _table_head("updates", updates, "update", 9, dtypes, 17)
     for u in updates:
         cells = []
         for n in names:
@@ -212,12 +199,19 @@ def update_table(updates: Sequence[float], w: float = 1.0,
     return "\n".join(lines)
 
 
+def _table_head(argument: str, rows: Sequence[float], first: str, first_width: int,
+                dtypes: Sequence[str | torch.dtype], width: int) -> tuple[list[str], list[str]]:
+    """The dtype names of a table's columns and its header line; ValueError when there are no rows."""
+    if not rows:
+        raise ValueError(f"{argument} must contain at least one value")
+    names = [dtype_name(d) for d in dtypes]
+    return names, [f"{first:>{first_width}} | " + " | ".join(f"{n:>{width}}" for n in names)]
+
+
 def update_report(dtype: str | torch.dtype, update: float, w: float = 1.0) -> str:
     """Text for the tiny-update widget: one step ``w - update`` in ``dtype`` next to the float32 master copy."""
     dt = resolve_dtype(dtype)
-    update = _check_real(update, "update")
-    if update <= 0:
-        raise ValueError(f"update must be > 0 (it is lr * |gradient|), got {update}")
+    update = checks.positive(update, "update")  # lr * |gradient|
     name = dtype_name(dt)
     new16, new32 = apply_update(w, update, dt), apply_update(w, update, torch.float32)
     below, above = spacing_around(w, dt)
@@ -225,13 +219,15 @@ def update_report(dtype: str | torch.dtype, update: float, w: float = 1.0) -> st
     verdict = "survives" if kept else "is LOST: rounds back to w"
     lines = [
         f"w = {w} stored in {name}; update lr*grad = {update:.3e}",
-        f"  neighbours of w in {name}: {w - below:.9g} below (gap {below:.3e}), {w + above:.9g} above (gap {above:.3e})",
+        f"  neighbours of w in {name}: {w - below:.9g} below (gap {below:.3e}), "
+        f"{w + above:.9g} above (gap {above:.3e})",
         f"  {name:>8}: w - update = {new16:.9g}   -> the update {verdict}",
         f"   float32: w - update = {new32:.9g}   (the master copy)",
         f"  smallest update that survives in {name}: {smallest_surviving_update(w, dt):.3e}",
     ]
     if kept and new16 != cast_value(w - update, dt):
-        lines.append("  note: the 16-bit result is the nearest 16-bit number, so the step taken is not the step asked for")
+        lines.append("  note: the 16-bit result is the nearest 16-bit number, so the step taken is not the step "
+                     "asked for")
     return "\n".join(lines)
 
 
@@ -244,15 +240,9 @@ def synthetic_gradients(n: int = 100_000, log10_mean: float = -6.0, log10_std: f
 
     A stand-in for the activation gradients of a deep network: most are small, and a long tail is tiny.
     """
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, got {type(n).__name__}")
-    if not 1 <= n <= 10_000_000:
-        raise ValueError(f"n must be between 1 and 10,000,000, got {n}")
-    log10_mean, log10_std = _check_real(log10_mean, "log10_mean"), _check_real(log10_std, "log10_std")
-    if not -30 <= log10_mean <= 30:
-        raise ValueError(f"log10_mean must be between -30 and 30, got {log10_mean}")
-    if not 0 < log10_std <= 10:
-        raise ValueError(f"log10_std must be > 0 and <= 10, got {log10_std}")
+    n = checks.integer(n, "n", 1, 10_000_000)
+    log10_mean = checks.number(log10_mean, "log10_mean", -30, 30)
+    log10_std = checks.positive(log10_std, "log10_std", 10)
     g = torch.Generator().manual_seed(seed)
     exponents = log10_mean + log10_std * torch.randn(n, generator=g, dtype=torch.float64)
     signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
@@ -275,9 +265,7 @@ def fp16_cast_stats(values: torch.Tensor, scale: float = 1.0) -> CastStats:
         raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
     if values.numel() == 0 or not values.is_floating_point():
         raise ValueError("values must be a non-empty floating-point tensor")
-    scale = _check_real(scale, "scale")
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+    scale = checks.positive(scale, "scale")
     v = values.detach().double().flatten()
     v = v[v != 0]
     if v.numel() == 0:
@@ -369,17 +357,9 @@ class MatmulTiming(NamedTuple):
         return self.tflops * 1000
 
 
-def _check_size(size: int) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"size must be an int, got {type(size).__name__}")
-    if not 1 <= size <= MAX_MATMUL_SIZE:
-        raise ValueError(f"size must be between 1 and {MAX_MATMUL_SIZE}, got {size}")
-    return size
-
-
 def matmul_flops(size: int) -> int:
     """Floating-point operations of one ``size x size`` by ``size x size`` multiply: 2 * size**3."""
-    return 2 * _check_size(size) ** 3
+    return 2 * checks.integer(size, "size", 1, MAX_MATMUL_SIZE) ** 3
 
 
 def default_matmul_size(device: torch.device | str | None = None) -> int:
@@ -414,18 +394,14 @@ def cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: 
     measuring each step (rather than extrapolating from the smallest) keeps a busy machine's pauses from
     shrinking a fast multiply.
     """
-    size = _check_size(size)
+    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
     if not callable(seconds_at):
         raise TypeError(f"seconds_at must be a function of the matrix side, got {type(seconds_at).__name__}")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs must be a positive int, got {runs!r}")
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
-        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+    runs = checks.integer(runs, "runs", 1)
+    budget_s = checks.positive(budget_s, "budget_s")
     side = min(size, probe_size)
     while side < size:
-        seconds = seconds_at(side)
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise ValueError(f"seconds_at must return a non-negative number of seconds, got {seconds!r}")
+        seconds = checks.number(seconds_at(side), "seconds_at's result (seconds)", 0)
         if runs * seconds * 8 > budget_s:
             break
         side *= 2
@@ -456,19 +432,14 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str 
     the runs would take more than :data:`CPU_TIMING_BUDGET_S`, smaller matrices are timed instead (see
     :func:`cpu_size_within_budget`; the returned ``size`` says which side was timed).
     """
-    from torch.utils import benchmark  # noqa: PLC0415 - imported on use: it is not needed elsewhere
+    from torch.utils import benchmark  # imported on use: it is not needed elsewhere
 
-    size = _check_size(size)
-    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    refusal = timing_refusal(dt, dev)
+    size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         raise ValueError(f"dtype: {refusal}")
     if repeats is None:
         repeats = 50 if dev.type == "cuda" else 3
-    if isinstance(repeats, bool) or not isinstance(repeats, int):
-        raise TypeError(f"repeats must be an int, got {type(repeats).__name__}")
-    if not 1 <= repeats <= 1000:
-        raise ValueError(f"repeats must be between 1 and 1000, got {repeats}")
+    repeats = checks.integer(repeats, "repeats", 1, 1000)
     if dev.type == "cpu":
         size = cpu_size_within_budget(size, _cpu_seconds(dt), repeats + 2)
     g = torch.Generator().manual_seed(seed)
@@ -517,11 +488,17 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
     return "\n".join(lines)
 
 
+def _timing_case(size: int, dtype: str | torch.dtype,
+                 device: torch.device | str | None) -> tuple[int, torch.dtype, torch.device, str | None]:
+    """The checked size, dtype and device of a matmul timing, and why it is not timed here (None: it is)."""
+    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
+    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
+    return size, dt, dev, timing_refusal(dt, dev)
+
+
 def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None) -> str:
     """Text for the matmul widget: one timing of ``dtype`` next to float32, or why it is not timed here."""
-    size = _check_size(size)
-    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    refusal = timing_refusal(dt, dev)
+    size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         return refusal
     if dev.type == "cpu" and size > MAX_CPU_WIDGET_SIZE:
@@ -533,57 +510,11 @@ def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | st
 
 
 # --------------------------------------------------------------------------------------------
-# A small real task, and the mixed-precision training loop
+# The mixed-precision training loop (on the course's digits task: course_utils.digits)
 # --------------------------------------------------------------------------------------------
-@dataclass
-class Task:
-    """A small classification task held in tensors: 8x8 digit images (64 features), 10 classes."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-    def batches(self, steps: int, batch_size: int, seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``steps`` random mini-batches from the training set, the same ones for the same seed."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:
-            raise ValueError(f"steps must be an int between 1 and 100,000, got {steps!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(self.y_train):
-            raise ValueError(f"batch_size must be an int between 1 and {len(self.y_train)}, got {batch_size!r}")
-        g = torch.Generator().manual_seed(seed)
-        for _ in range(steps):
-            idx = torch.randint(0, len(self.y_train), (batch_size,), generator=g)
-            yield self.x_train[idx], self.y_train[idx]
-
-
-def digits_task(seed: int = 0, test_fraction: float = 0.2) -> Task:
-    """scikit-learn's handwritten digits (1,797 images of 8x8 pixels, shipped with the package: works offline).
-
-    Pixels are scaled to [0, 1]; a fixed shuffle puts ``test_fraction`` of the images aside for testing.
-    """
-    from sklearn.datasets import load_digits  # noqa: PLC0415
-
-    test_fraction = _check_real(test_fraction, "test_fraction")
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
-    x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x, dtype=torch.float32) / 16.0
-    y = torch.tensor(y, dtype=torch.long)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-    n_test = round(len(y) * test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return Task(x[train], y[train], x[test], y[test])
-
-
-def make_classifier(seed: int = 0, hidden: int = 128) -> torch.nn.Module:
-    """A float32 MLP 64 -> hidden -> hidden -> 10, initialised from ``seed`` (the global RNG is left alone)."""
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096:
-        raise ValueError(f"hidden must be an int between 1 and 4096, got {hidden!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
-                                   torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                                   torch.nn.Linear(hidden, 10))
+#: Notebook 02's classifier: :func:`course_utils.digits.make_mlp` with two hidden layers of 128 ReLU units
+#: (64 pixels -> 128 -> 128 -> 10 digit scores).
+CLASSIFIER = {"hidden": 128, "depth": 2}
 
 
 class StepLog(NamedTuple):
@@ -611,8 +542,7 @@ class TrainResult:
 
     def mean_loss(self, last: int = 50) -> float:
         """Mean training loss over the ``last`` steps (all of them when there are fewer)."""
-        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-            raise ValueError(f"last must be a positive int, got {last!r}")
+        last = checks.integer(last, "last", 1)
         if not self.history:
             raise ValueError("history is empty: train first")
         tail = [log.loss for log in self.history[-last:]]
@@ -624,10 +554,8 @@ class TrainResult:
         ``losses=False`` leaves the losses out: the loss scale and the skipped steps are the same on every
         processor, while the last digits of a 16-bit loss are not.
         """
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
-        if not isinstance(losses, bool):
-            raise TypeError(f"losses must be True or False, got {type(losses).__name__}")
+        every = checks.integer(every, "every", 1)
+        losses = checks.flag(losses, "losses")
         lines = []
         for log in self.history:
             if log.step % every == 0 or log.step == 1 or log.skipped:
@@ -637,14 +565,6 @@ class TrainResult:
                     line += "   <- gradients overflowed: step skipped, scale halved"
                 lines.append(line)
         return "\n".join(lines)
-
-
-def accuracy(model: torch.nn.Module, task: Task) -> float:
-    """Fraction of the test images the model classifies correctly (evaluated in float32)."""
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        pred = model(task.x_test.to(device)).argmax(dim=1).cpu()
-    return (pred == task.y_test).float().mean().item()
 
 
 class MixedPrecisionPlan(NamedTuple):
@@ -672,27 +592,27 @@ def mixed_precision_plan(dtype: str | torch.dtype | None = None,
 def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
                           steps: int = 200, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
                           spike_at: Sequence[int] = (), spike_factor: float = 1e4,
-                          task: Task | None = None) -> TrainResult:
-    """Train :func:`make_classifier` on :func:`digits_task` with ONE loop whose tricks are flags.
+                          task: digits.DigitsData | None = None) -> TrainResult:
+    """Train :data:`CLASSIFIER` on the digits with ONE loop whose tricks are flags.
 
     ``dtype`` float32 switches autocast off; bfloat16/float16 switch it on (default: the lesson's dtype for
     ``device``). The ``GradScaler`` is enabled for float16 only. ``spike_at`` lists steps whose loss is
     multiplied by ``spike_factor`` before the backward pass, on purpose: with float16 and a scale of 65,536
-    the gradients overflow, and the scaler skips that step and halves the scale.
+    the gradients overflow, and the scaler skips that step and halves the scale. ``task`` defaults to
+    :func:`course_utils.digits.load_digits_data` (the course's split); ``seed`` sets the initial weights and
+    the mini-batches.
     """
     plan = mixed_precision_plan(dtype, device)
     dev, dt = plan.device, plan.dtype
-    lr, spike_factor = _check_real(lr, "lr"), _check_real(spike_factor, "spike_factor")
-    if not 0 < lr <= 1:
-        raise ValueError(f"lr must be > 0 and <= 1, got {lr}")
-    if spike_factor <= 0:
-        raise ValueError(f"spike_factor must be > 0, got {spike_factor}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:
-        raise ValueError(f"steps must be an int between 1 and 100,000, got {steps!r}")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= steps for s in spike_at):
-        raise ValueError(f"spike_at must list steps between 1 and steps={steps}, got {list(spike_at)}")
-    task = digits_task(seed) if task is None else task
-    model = make_classifier(seed).to(dev)
+    lr = checks.positive(lr, "lr", 1)
+    spike_factor = checks.positive(spike_factor, "spike_factor")
+    steps = checks.integer(steps, "steps", 1, digits.MAX_STEPS)
+    for spike in spike_at:
+        checks.integer(spike, "spike_at (a step)", 1, steps)
+    task = digits.load_digits_data() if task is None else task
+    if not isinstance(task, digits.DigitsData):
+        raise TypeError(f"task must be a DigitsData (from course_utils.digits) or None, got {type(task).__name__}")
+    model = digits.make_mlp(seed=seed, **CLASSIFIER).to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
     use_autocast = plan.autocast                                          # flag 1: 16-bit maths or not
@@ -710,7 +630,7 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
         optimizer.zero_grad(set_to_none=True)
         scale_after = scaler.get_scale()
         result.history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
-    result.test_accuracy = accuracy(model, task)
+    result.test_accuracy = digits.evaluate(model, task).accuracy
     return result
 
 
@@ -754,15 +674,14 @@ def compare_runs(reference: TrainResult, other: TrainResult, last: int = 50, los
     (0 < t <= 1; 0.02 is 2 points). The defaults are far above the machine-to-machine differences of the
     lesson's digit classifier and far below what a broken run (one that stopped learning) would give.
     """
-    for name, value in (("loss_tolerance", loss_tolerance), ("accuracy_tolerance", accuracy_tolerance)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise ValueError(f"{name} must be a number between 0 (exclusive) and 1, got {value!r}")
+    loss_tolerance = checks.positive(loss_tolerance, "loss_tolerance", 1)
+    accuracy_tolerance = checks.positive(accuracy_tolerance, "accuracy_tolerance", 1)
     for name, run in (("reference", reference), ("other", other)):
         if not isinstance(run, TrainResult):
             raise TypeError(f"{name} must be a TrainResult, got {type(run).__name__}")
     return RunComparison(other.dtype, reference.dtype, abs(other.mean_loss(last) - reference.mean_loss(last)),
-                         abs(other.test_accuracy - reference.test_accuracy), float(loss_tolerance),
-                         float(accuracy_tolerance), last)
+                         abs(other.test_accuracy - reference.test_accuracy), loss_tolerance,
+                         accuracy_tolerance, last)
 
 
 # --------------------------------------------------------------------------------------------

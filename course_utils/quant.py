@@ -29,10 +29,14 @@ from typing import Literal, NamedTuple, Sequence
 
 import torch
 
+from course_utils import checks
+
 #: Bit widths :func:`quantize` supports.
 MIN_BITS, MAX_BITS = 2, 8
 #: Bytes of one stored scale (a float32, as in bitsandbytes' absmax and the lesson's "4 bytes for the step").
 SCALE_BYTES = 4
+#: Block sizes bitsandbytes' 4-bit quantization accepts (powers of two from 64 to 4096).
+BNB_BLOCK_SIZES: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
 
 # --------------------------------------------------------------------------------------------
 # The lesson's eight weights (seed: "Quantization: fewer bits per weight")
@@ -52,22 +56,12 @@ EIGHT_ERRORS_4BIT: tuple[float, ...] = (-0.02, 0.0, -0.01, 0.02, -0.02, 0.0, 0.0
 # --------------------------------------------------------------------------------------------
 def check_bits(bits: object, name: str = "bits") -> int:
     """``bits`` as an int in MIN_BITS..MAX_BITS, or a clear TypeError/ValueError."""
-    if isinstance(bits, bool) or not isinstance(bits, int):
-        raise TypeError(f"{name} must be an int from {MIN_BITS} to {MAX_BITS}, got {type(bits).__name__} {bits!r}")
-    if not MIN_BITS <= bits <= MAX_BITS:
-        raise ValueError(f"{name} must be from {MIN_BITS} to {MAX_BITS}, got {bits}")
-    return bits
+    return checks.integer(bits, name, MIN_BITS, MAX_BITS)
 
 
 def check_block_size(block_size: object, name: str = "block_size") -> int | None:
     """``block_size`` as None (one scale for the whole tensor) or a positive int."""
-    if block_size is None:
-        return None
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise TypeError(f"{name} must be a positive int or None, got {type(block_size).__name__} {block_size!r}")
-    if block_size < 1:
-        raise ValueError(f"{name} must be a positive int (1 or more) or None, got {block_size}")
-    return block_size
+    return None if block_size is None else checks.integer(block_size, name, 1)
 
 
 def check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch.Tensor:
@@ -90,19 +84,13 @@ def _check_finite(stats: torch.Tensor, name: str) -> None:
                          "quantization needs finite numbers")
 
 
-def _check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return value
-
-
 # --------------------------------------------------------------------------------------------
 # Quantize / dequantize
 # --------------------------------------------------------------------------------------------
 def level_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     """Smallest and largest integer code: symmetric ``(-(2**(b-1)-1), 2**(b-1)-1)``, else ``(0, 2**b-1)``."""
     bits = check_bits(bits)
-    _check_bool(symmetric, "symmetric")
+    checks.flag(symmetric, "symmetric")
     if symmetric:
         q_max = 2 ** (bits - 1) - 1
         return -q_max, q_max
@@ -173,7 +161,7 @@ def quantize(x: torch.Tensor, bits: int, block_size: int | None = None, symmetri
     x = check_tensor(x, check_finite=False)  # the block statistics below catch NaN and inf for free
     bits = check_bits(bits)
     block_size = check_block_size(block_size)
-    symmetric = _check_bool(symmetric, "symmetric")
+    symmetric = checks.flag(symmetric, "symmetric")
     q_min, q_max = level_range(bits, symmetric)
     blocks = _blocks(_compute_view(x), block_size)
     low, high = torch.aminmax(blocks, dim=1)
@@ -241,10 +229,7 @@ def storage(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> Storage:
     """Bytes of ``q``: codes packed at ``bits`` bits, ``scale_bytes`` per scale, zero-points packed at ``bits`` bits."""
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"q must be a QuantizedTensor, got {type(q).__name__}")
-    if isinstance(scale_bytes, bool) or not isinstance(scale_bytes, int):
-        raise TypeError(f"scale_bytes must be a positive int, got {type(scale_bytes).__name__}")
-    if scale_bytes < 1:
-        raise ValueError(f"scale_bytes must be a positive int (4 for float32, 2 for 16-bit), got {scale_bytes}")
+    scale_bytes = checks.integer(scale_bytes, "scale_bytes", 1)  # 4 for float32, 2 for 16-bit
     zero_point_bytes = 0 if q.zero_points is None else math.ceil(q.n_blocks * q.bits / 8)
     return Storage(codes=math.ceil(q.numel * q.bits / 8), scales=q.n_blocks * scale_bytes,
                    zero_points=zero_point_bytes)
@@ -262,6 +247,16 @@ def bits_per_weight(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> float
 
 def mean_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
     """Average of ``|x - x_hat|`` (``x_hat`` may be a QuantizedTensor; it is read back first)."""
+    return float(_abs_error(x, x_hat).mean())
+
+
+def max_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
+    """Largest ``|x - x_hat|``."""
+    return float(_abs_error(x, x_hat).max())
+
+
+def _abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> torch.Tensor:
+    """``|x - x_hat|`` in float32, after checking both (``x_hat`` may be a QuantizedTensor: read back first)."""
     x = check_tensor(x)
     if isinstance(x_hat, QuantizedTensor):
         x_hat = dequantize(x_hat)
@@ -269,17 +264,7 @@ def mean_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> fl
         raise TypeError(f"x_hat must be a tensor or a QuantizedTensor, got {type(x_hat).__name__}")
     if x_hat.shape != x.shape:
         raise ValueError(f"x_hat must have the shape of x {tuple(x.shape)}, got {tuple(x_hat.shape)}")
-    return float((x.float() - x_hat.float()).abs_().mean())
-
-
-def max_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
-    """Largest ``|x - x_hat|``."""
-    x = check_tensor(x)
-    if isinstance(x_hat, QuantizedTensor):
-        x_hat = dequantize(x_hat)
-    if not isinstance(x_hat, torch.Tensor) or x_hat.shape != x.shape:
-        raise ValueError(f"x_hat must be a tensor with the shape of x {tuple(x.shape)}")
-    return float((x.float() - x_hat.float()).abs().max())
+    return (x.float() - x_hat.float()).abs_()
 
 
 class SchemeResult(NamedTuple):
@@ -404,8 +389,9 @@ def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
     0, and divides by the largest so the levels span [-1, 1]. The extra positive level is the price of
     having an exact zero in 16 (an even number of) levels. ``offset`` keeps the outermost quantile finite.
     """
-    if not isinstance(offset, float) or not 0.5 < offset < 1.0:
-        raise ValueError(f"offset must be a float between 0.5 and 1 (exclusive), got {offset!r}")
+    offset = checks.number(offset, "offset", 0.5, 1, low_open=True)
+    if offset == 1:
+        raise ValueError("offset must be below 1: the quantile of 1 is infinite, got 1.0")
     pos = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
     neg = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
     levels = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
@@ -436,12 +422,12 @@ def quantize_nf4(x: torch.Tensor, block_size: int = 64, levels: torch.Tensor | N
 
 def bnb_nf4_levels() -> torch.Tensor | None:
     """bitsandbytes' own NF4 code book (16 values), or None when bitsandbytes is not installed."""
-    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+    from course_utils.hardware import import_bitsandbytes
 
     bnb = import_bitsandbytes()
     if bnb is None:
         return None
-    import bitsandbytes.functional as F  # noqa: PLC0415, N812
+    import bitsandbytes.functional as F
 
     return F.get_4bit_type("nf4", device="cpu")[:16].to(torch.float32).clone()
 
@@ -460,15 +446,13 @@ def bnb_nf4_round_trip(x: torch.Tensor, block_size: int = 64) -> BnbNF4 | None:
     absmax per block, like :func:`storage_bytes`.
     """
     x = check_tensor(x)
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
-    if block_size not in (64, 128, 256, 512, 1024, 2048, 4096):
-        raise ValueError(f"block_size must be a power of two from 64 to 4096 for bitsandbytes, got {block_size}")
-    from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+    checks.integer(block_size, "block_size")
+    checks.choice(block_size, "block_size (for bitsandbytes)", BNB_BLOCK_SIZES)
+    from course_utils.hardware import import_bitsandbytes
 
     if import_bitsandbytes() is None:
         return None
-    import bitsandbytes.functional as F  # noqa: PLC0415, N812
+    import bitsandbytes.functional as F
 
     src = x.detach().contiguous()
     if src.dtype not in (torch.float32, torch.float16, torch.bfloat16):
@@ -498,13 +482,13 @@ class NF4Agreement(NamedTuple):
 
     def holds(self, max_fraction: float = 1e-5, max_distance: float = 1e-6) -> bool:
         """True when at most ``max_fraction`` of the values differ, each within ``max_distance`` of a boundary."""
-        for name, value in (("max_fraction", max_fraction), ("max_distance", max_distance)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ValueError(f"{name} must be a number between 0 and 1, got {value!r}")
+        max_fraction = checks.number(max_fraction, "max_fraction", 0, 1)
+        max_distance = checks.number(max_distance, "max_distance", 0, 1)
         return self.fraction <= max_fraction and self.boundary_distance <= max_distance
 
 
-def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor, atol: float = 1e-4) -> NF4Agreement:
+def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor,
+                  atol: float = 1e-4) -> NF4Agreement:
     """Compare our NF4 of ``x`` with another NF4 read-back ``other_x_hat`` of it, value by value.
 
     Values whose read-backs differ by more than ``atol`` count as differing. For those, the distance of
@@ -517,8 +501,7 @@ def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Ten
         raise TypeError("ours must be a QuantizedTensor from quantize_nf4")
     if not isinstance(other_x_hat, torch.Tensor) or other_x_hat.shape != x.shape:
         raise ValueError(f"other_x_hat must be a tensor of x's shape {tuple(x.shape)}")
-    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not 0 < atol < 1:
-        raise ValueError(f"atol must be a number between 0 and 1 (exclusive), got {atol!r}")
+    atol = checks.positive(atol, "atol", 1)
     differ = ((dequantize(ours) - other_x_hat).abs() > atol).reshape(-1)
     n_differ = int(differ.sum())
     distance = 0.0
@@ -550,8 +533,8 @@ def quantize_model_weights(model: torch.nn.Module, bits: int, block_size: int | 
     check_bits(bits)
     if block_size != "row":
         check_block_size(block_size)
-    _check_bool(symmetric, "symmetric")
-    _check_bool(inplace, "inplace")
+    checks.flag(symmetric, "symmetric")
+    checks.flag(inplace, "inplace")
     target = model if inplace else copy.deepcopy(model)
     total = 0
     found = False

@@ -42,23 +42,22 @@ small configs: it is exact, not fitted.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-GB = 1e9
-METHODS = ("full", "lora", "lora-bf16", "qlora")
-METHOD_LABELS = {"full": "full fine-tuning (float32)", "lora": "LoRA, base in float32",
-                 "lora-bf16": "LoRA, base in bfloat16", "qlora": "QLoRA, base in 4-bit NF4"}
-OPTIMIZERS = ("adamw", "adamw8bit")
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+from course_utils import checks
+from course_utils.architecture import DEFAULT_TARGETS, Architecture, Config, normalize_targets
+from course_utils.memory import METHODS, OPTIMIZERS
+from course_utils.units import GB
+
 #: Resident memory of the measuring child process after ``import torch, transformers, peft, bitsandbytes``
 #: on this course's CPU setup (torch 2.13 CPU, transformers 5.24, Python 3.11), measured: 0.43-0.45 GB.
 CPU_BASELINE_BYTES = 440_000_000
+#: What the same process holds after its first training step besides tensors - the machine code of the kernels
+#: that step loaded, thread pools, allocator caches: 30-62 MB measured on CPU (scripts/memory_sweep.py).
+CPU_RUNTIME_BYTES = 45_000_000
 #: On CUDA the allocator counter starts at 0; the CUDA context (0.3-0.6 GB) lives outside it.
 CUDA_BASELINE_BYTES = 0
 #: bitsandbytes NF4: 4 bits per number + one float32 scale per block of 64 numbers ...
@@ -68,103 +67,6 @@ NF4_CODE_BYTES = 16 * 4
 #: bitsandbytes 8-bit optimizers keep float32 states for tensors smaller than this.
 BNB_MIN_8BIT_SIZE = 4096
 BNB_BLOCK = 256
-
-
-# --------------------------------------------------------------------------------------------
-# The architecture
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Architecture:
-    """The numbers of a decoder config that decide its memory."""
-
-    model_type: str
-    vocab: int
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tied: bool
-    qkv_bias: bool = False
-    o_bias: bool = False
-    mlp_bias: bool = False
-    qk_norm: bool = False
-    max_positions: int | None = None
-    name: str = "model"
-
-    @property
-    def q_width(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_width(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def projection_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in_features, out_features) of each linear layer of one decoder layer."""
-        h, i = self.hidden, self.intermediate
-        return {"q_proj": (h, self.q_width), "k_proj": (h, self.kv_width), "v_proj": (h, self.kv_width),
-                "o_proj": (self.q_width, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-    def param_tensors(self) -> list[tuple[str, int, bool]]:
-        """Every parameter tensor as (name, numel, is a linear weight of a layer), tied head counted once."""
-        out: list[tuple[str, int, bool]] = [("embed_tokens", self.vocab * self.hidden, False)]
-        bias = {"q_proj": self.qkv_bias, "k_proj": self.qkv_bias, "v_proj": self.qkv_bias,
-                "o_proj": self.o_bias, "gate_proj": self.mlp_bias, "up_proj": self.mlp_bias,
-                "down_proj": self.mlp_bias}
-        for _ in range(self.layers):
-            for name, (fan_in, fan_out) in self.projection_shapes().items():
-                out.append((name, fan_in * fan_out, True))
-                if bias[name]:
-                    out.append((name + ".bias", fan_out, False))
-            out += [("input_layernorm", self.hidden, False), ("post_attention_layernorm", self.hidden, False)]
-            if self.qk_norm:
-                out += [("q_norm", self.head_dim, False), ("k_norm", self.head_dim, False)]
-        out.append(("norm", self.hidden, False))
-        if not self.tied:
-            out.append(("lm_head", self.vocab * self.hidden, False))
-        return out
-
-    @property
-    def params(self) -> int:
-        """Exact parameter count (tied embeddings once)."""
-        return sum(n for _, n, _ in self.param_tensors())
-
-    def adapter_tensors(self, rank: int, targets: Sequence[str]) -> list[int]:
-        """Sizes of the LoRA tensors (A: rank x in, B: out x rank) for every targeted projection."""
-        shapes = self.projection_shapes()
-        sizes = []
-        for _ in range(self.layers):
-            for t in targets:
-                fan_in, fan_out = shapes[t]
-                sizes += [rank * fan_in, fan_out * rank]
-        return sizes
-
-    @classmethod
-    def from_config(cls, config: str | Path | Mapping[str, Any]) -> "Architecture":
-        """Read the numbers from a preset name in ``data/configs``, a ``config.json`` path, or a dict."""
-        from course_utils.measure import load_config  # noqa: PLC0415 - light, no torch at import
-
-        cfg, name = load_config(config)
-        model_type = cfg.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"config: model_type {model_type!r} is not supported by the step estimate "
-                             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
-            value = cfg.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"config must give {key} as a positive integer (got {value!r})")
-        heads = cfg["num_attention_heads"]
-        return cls(model_type=model_type, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"],
-                   intermediate=cfg["intermediate_size"], layers=cfg["num_hidden_layers"], heads=heads,
-                   kv_heads=cfg.get("num_key_value_heads") or heads,
-                   head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                   tied=bool(cfg.get("tie_word_embeddings", model_type != "mistral")),
-                   qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
-                   o_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
-                   mlp_bias=bool(cfg.get("mlp_bias", False)), qk_norm=model_type == "qwen3",
-                   max_positions=cfg.get("max_position_embeddings"), name=name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,6 +299,7 @@ class StepEstimate:
     accumulation: int
     device: str
     baseline_bytes: int
+    runtime_bytes: int
     weights_bytes: int
     grads_bytes: int
     optimizer_bytes: int
@@ -407,8 +310,8 @@ class StepEstimate:
 
     @property
     def fixed_bytes(self) -> int:
-        """Memory held for the whole step: baseline, weights, optimizer states."""
-        return self.baseline_bytes + self.weights_bytes + self.optimizer_bytes
+        """Memory held for the whole step: baseline, runtime, weights, optimizer states."""
+        return self.baseline_bytes + self.runtime_bytes + self.weights_bytes + self.optimizer_bytes
 
     @property
     def peak_bytes(self) -> int:
@@ -422,14 +325,29 @@ class StepEstimate:
         """(label, bytes) of everything in memory at the peak moment, in print order."""
         out = [("framework baseline" + (" (CPU process after imports)" if self.device == "cpu"
                                         else " (allocator counter; CUDA context not counted)"), self.baseline_bytes),
+               *([("framework runtime after a first step (kernels, threads)", self.runtime_bytes)]
+                 if self.runtime_bytes else []),
                (f"weights ({_weights_label(self.method)})", self.weights_bytes),
                (f"optimizer states ({'8-bit AdamW' if self.optimizer == 'adamw8bit' else 'AdamW, 8 bytes'}"
                 f" per trained number)", self.optimizer_bytes)]
         out += list(self.moments[self.peak_moment].items())
         return out
 
+    def categories(self) -> dict[str, int]:
+        """The peak in five parts, for a stacked bar: weights, gradients, optimizer, activations, overhead.
+
+        "optimizer" is the states plus the update's scratch space; "activations" what backward needs from the
+        forward pass (saved, or recomputed with checkpointing); "overhead" the framework baseline and the
+        transient buffers of backward (the loss's and logits' gradients).
+        """
+        out = {"weights": self.weights_bytes, "gradients": 0, "optimizer": self.optimizer_bytes,
+               "activations": 0, "overhead": self.baseline_bytes + self.runtime_bytes}
+        for label, nbytes in self.moments[self.peak_moment].items():
+            out[_category(label)] += nbytes
+        return out
+
     def describe(self) -> str:
-        what = (f"{self.arch.name}, {METHOD_LABELS[self.method]}"
+        what = (f"{self.arch.name}, {METHODS[self.method].label}"
                 + (f" (rank {self.lora_rank} on {', '.join(self.targets)})" if self.method != "full" else "")
                 + f", batch {self.batch} x {self.seq} tokens"
                 + (f" x {self.accumulation} micro-batches" if self.accumulation > 1 else "")
@@ -448,26 +366,31 @@ class StepEstimate:
         return "\n".join(lines)
 
 
+#: The parts of a step's peak, in the order a stacked bar draws them (see :meth:`StepEstimate.categories`).
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "overhead")
+
+
+def _category(label: str) -> str:
+    """The category of a part of a peak moment, by its label."""
+    if "activations" in label:
+        return "activations"
+    if "optimizer" in label:
+        return "optimizer"
+    if "gradient" in label and "logits" not in label and "loss" not in label and "hidden states" not in label:
+        return "gradients"
+    return "overhead"
+
+
 def _weights_label(method: str) -> str:
     return {"full": "float32", "lora": "float32 base + adapters", "lora-bf16": "bfloat16 base + float32 adapters",
             "qlora": "NF4 base, bfloat16 embedding/norms + float32 adapters"}[method]
 
 
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
-    return value
-
-
 def _optimizer_state_bytes(sizes: Iterable[int], optimizer: str) -> int:
     total = 0
     for n in sizes:
-        if optimizer == "adamw":
-            total += 8 * n + 4  # exp_avg, exp_avg_sq, and a float32 step counter per tensor
-        elif n < BNB_MIN_8BIT_SIZE:
-            total += 8 * n + 4  # bitsandbytes keeps small tensors in 32 bits (+ unorm_vec)
+        if optimizer == "adamw" or n < BNB_MIN_8BIT_SIZE:
+            total += 8 * n + 4  # exp_avg, exp_avg_sq and a float32 step counter (bitsandbytes: small tensors too)
         else:
             total += 2 * n + 2 * 4 * math.ceil(n / BNB_BLOCK) + 4  # two uint8 states + block scales
     return total
@@ -497,15 +420,79 @@ def estimate_device_for(device: Any = None) -> str:
     reads the process's memory there. ``device`` None means :func:`course_utils.hardware.pick_device`: the
     device a measurement with ``device=None`` uses, so estimate and measurement always agree.
     """
-    from course_utils.hardware import as_device  # noqa: PLC0415
+    from course_utils.hardware import as_device
 
     return "cuda" if as_device(device).type == "cuda" else "cpu"
 
 
-def estimate_step(config: str | Path | Mapping[str, Any] | Architecture = "smollm2-135m", *, method: str = "lora",
+def _device_kind(device: Any) -> str:
+    if type(device).__name__ == "device" and getattr(device, "type", None) in ("cpu", "cuda"):
+        device = device.type  # a torch.device
+    return checks.choice(device, "device", ("cpu", "cuda"))
+
+
+def weights_bytes(arch: Architecture, method: str, adapter_sizes: Sequence[int]) -> int:
+    """Bytes of the model's weights for ``method``: the base in its dtype, float32 adapters, rotary buffers."""
+    if method in ("full", "lora"):
+        base = 4 * arch.params
+    elif method == "lora-bf16":
+        base = 2 * arch.params
+    else:  # qlora: the layers' linear weights in NF4, the rest (embedding, norms) in bfloat16
+        base = sum(round(NF4_BYTES_PER_PARAM * n) + NF4_CODE_BYTES if is_linear else 2 * n
+                   for _, n, is_linear in arch.param_tensors())
+    rotary_buffers = 2 * (arch.head_dim // 2) * 4  # inv_freq and its original copy, float32
+    return base + 4 * sum(adapter_sizes) + rotary_buffers
+
+
+def _backward_moments(arch: Architecture, acts: Activations, *, method: str, batch: int, seq: int,
+                      checkpointing: bool, autocast: bool, grads: int, held_grads: int) -> dict[str, dict[str, int]]:
+    """The candidate peak moments of backward, each as its parts on top of baseline + weights + optimizer states."""
+    saved = acts.total
+    saved_before_loss = acts.total - acts.logits_fp32_bytes  # the log-softmax output is freed first
+    kept = {"gradients kept across micro-batches": held_grads} if held_grads else {}
+    head = arch.vocab * arch.hidden
+    head_grad = {"output-layer weight gradient": 4 * head} if acts.lm_head_trainable else {}
+    moments: dict[str, dict[str, int]] = {}
+    if acts.logits_rg:
+        moments["start of backward (loss gradient over the vocabulary)"] = {
+            "activations saved for backward": saved,
+            "loss-path buffers in backward (2 x float32 logits)": 2 * acts.logits_fp32_bytes, **kept}
+    if acts.lm_head_trainable:
+        moments["head backward (its weight gradient)"] = {
+            "activations saved for backward": saved_before_loss,
+            "logits gradient": acts.logits_bytes,
+            "output-layer weight gradient": 4 * head + (2 * head if autocast else 0), **kept}
+    if checkpointing:
+        moments["backward of the top layer (recomputed)"] = {
+            "activations saved for backward": saved_before_loss,
+            "one layer's recomputed activations": acts.per_layer,
+            "gradient of the hidden states": batch * seq * arch.hidden * 4, **head_grad, **kept}
+    if method == "full":
+        moments["end of backward (embedding gradient)"] = _embedding_gradient_moment(arch, grads, held_grads)
+    return moments
+
+
+def _embedding_gradient_moment(arch: Architecture, grads: int, held_grads: int) -> dict[str, int]:
+    """Full tuning: the embedding's backward makes a dense (vocab x hidden) float32 gradient.
+
+    A tied embedding gets two contributions (head and embedding): autograd holds the head's until the
+    embedding's arrives, then adds them into a third tensor. With accumulation, the .grad being added to
+    exists as well.
+    """
+    emb = 4 * arch.vocab * arch.hidden
+    if arch.tied:
+        end = {"gradients of the other weights": grads - emb,
+               "tied embedding: 2 gradient contributions and their sum": 3 * emb}
+        if held_grads:
+            end["embedding gradient kept across micro-batches"] = emb
+        return end
+    return {"gradients": grads, **({"embedding gradient (dense) before accumulation": emb} if held_grads else {})}
+
+
+def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str = "lora",
                   batch: int = 8, seq: int = 128, lora_rank: int = 8,
-                  targets: Sequence[str] = ("q_proj", "v_proj"), checkpointing: bool = False,
-                  optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: str = "cpu",
+                  targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
+                  optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: Any = "cpu",
                   baseline_bytes: int | None = None) -> StepEstimate:
     """Predict the peak memory of one training step (steady state: the optimizer states already exist).
 
@@ -515,95 +502,34 @@ def estimate_step(config: str | Path | Mapping[str, Any] | Architecture = "smoll
     :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the framework baseline.
     """
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {optimizer!r}")
-    if type(device).__name__ == "device" and getattr(device, "type", None) in ("cpu", "cuda"):
-        device = device.type  # a torch.device
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    _check_int("batch", batch, 1, 1_000_000)
-    _check_int("seq", seq, 1, 10_000_000)
-    _check_int("lora_rank", lora_rank, 1, 65_536)
-    _check_int("accumulation", accumulation, 1, 100_000)
-    if arch.max_positions and seq > arch.max_positions:
-        raise ValueError(f"seq must be at most the model's max_position_embeddings ({arch.max_positions}), got {seq}")
-    if isinstance(targets, str):
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
-    targets = tuple(dict.fromkeys(targets))
-    unknown = [t for t in targets if t not in PROJECTIONS]
-    if not targets or unknown:
-        raise ValueError(f"targets must name some of {', '.join(PROJECTIONS)}; got {list(targets)!r}")
+    checks.choice(method, "method", METHODS)
+    checks.choice(optimizer, "optimizer", OPTIMIZERS)
+    device = _device_kind(device)
+    checks.integer(batch, "batch", 1, 1_000_000)
+    checks.integer(seq, "seq", 1, arch.max_positions or 10_000_000)
+    checks.integer(lora_rank, "lora_rank", 1, 65_536)
+    checks.integer(accumulation, "accumulation", 1, 100_000)
+    targets = normalize_targets(targets)
     if baseline_bytes is None:
         baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else CUDA_BASELINE_BYTES
-
-    # weights
-    tensors = arch.param_tensors()
-    buffers = 2 * (arch.head_dim // 2) * 4  # rotary inv_freq and its original copy, float32
-    if method == "full" or method == "lora":
-        weights = 4 * arch.params
-    elif method == "lora-bf16":
-        weights = 2 * arch.params
-    else:  # qlora: the layers' linear weights in NF4, the rest (embedding, norms) in bfloat16
-        weights = sum(round(NF4_BYTES_PER_PARAM * n) + NF4_CODE_BYTES if is_linear else 2 * n
-                      for _, n, is_linear in tensors)
-    trained_sizes = [n for _, n, _ in tensors] if method == "full" else arch.adapter_tensors(lora_rank, targets)
-    if method != "full":
-        weights += 4 * sum(trained_sizes)  # float32 adapters
-    weights += buffers
-    trained = sum(trained_sizes)
-    grads = 4 * trained
-    opt_states = _optimizer_state_bytes(trained_sizes, optimizer)
+    trained_sizes = [n for _, n, _ in arch.param_tensors()] if method == "full" \
+        else arch.adapter_tensors(lora_rank, targets)
+    adapter_sizes = [] if method == "full" else trained_sizes
+    grads = 4 * sum(trained_sizes)
     acts = saved_activations(arch, batch, seq, method=method, lora_rank=lora_rank, targets=targets,
                              autocast=autocast, checkpointing=checkpointing)
-    S, L32, Llog = acts.total, acts.logits_fp32_bytes, acts.logits_bytes
-    held_grads = grads if accumulation > 1 else 0  # later micro-batches run with the gradients of earlier ones
-    head = arch.vocab * arch.hidden
-    moments: dict[str, dict[str, int]] = {}
-    if acts.logits_rg:
-        moments["start of backward (loss gradient over the vocabulary)"] = {
-            "activations saved for backward": S,
-            "loss-path buffers in backward (2 x float32 logits)": 2 * L32,
-            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
-    if acts.lm_head_trainable:
-        moments["head backward (its weight gradient)"] = {
-            "activations saved for backward": S - L32,
-            "logits gradient": Llog,
-            "output-layer weight gradient": 4 * head + (2 * head if autocast else 0),
-            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
-    if checkpointing:
-        moments["backward of the top layer (recomputed)"] = {
-            "activations saved for backward": S - L32,
-            "one layer's recomputed activations": acts.per_layer,
-            "gradient of the hidden states": batch * seq * arch.hidden * 4,
-            **({"output-layer weight gradient": 4 * head} if acts.lm_head_trainable else {}),
-            **({"gradients kept across micro-batches": held_grads} if held_grads else {})}
-    if method == "full":
-        # The embedding's backward makes a dense (vocab x hidden) float32 gradient. A tied embedding gets two
-        # contributions (head and embedding): autograd holds the head's until the embedding's arrives, then
-        # adds them into a third tensor. With accumulation, the .grad being added to exists as well.
-        emb = 4 * head
-        if arch.tied:
-            end = {"gradients of the other weights": grads - emb,
-                   "tied embedding: 2 gradient contributions and their sum": 3 * emb}
-            if held_grads:
-                end["embedding gradient kept across micro-batches"] = emb
-        else:
-            end = {"gradients": grads, **({"embedding gradient (dense) before accumulation": emb}
-                                          if held_grads else {})}
-        moments["end of backward (embedding gradient)"] = end
+    moments = _backward_moments(arch, acts, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
+                                autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0)
     scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device)
-    step_moment = {"gradients": grads}
-    if scratch:
-        step_moment["optimizer scratch"] = scratch
-    moments["optimizer step"] = step_moment
+    moments["optimizer step"] = {"gradients": grads, **({"optimizer scratch": scratch} if scratch else {})}
     peak = max(moments, key=lambda k: sum(moments[k].values()))
     return StepEstimate(arch=arch, method=method, batch=batch, seq=seq, lora_rank=lora_rank, targets=targets,
                         checkpointing=bool(checkpointing), optimizer=optimizer, autocast=bool(autocast),
                         accumulation=accumulation, device=device, baseline_bytes=int(baseline_bytes),
-                        weights_bytes=int(weights), grads_bytes=grads, optimizer_bytes=opt_states,
-                        activations=acts, trained_params=trained, moments=moments, peak_moment=peak)
+                        runtime_bytes=CPU_RUNTIME_BYTES if device == "cpu" else 0,
+                        weights_bytes=weights_bytes(arch, method, adapter_sizes), grads_bytes=grads,
+                        optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer),
+                        activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak)
 
 
 def korthikanti_layer_bytes(arch: Architecture, batch: int, seq: int) -> dict[str, float]:
@@ -630,116 +556,3 @@ def comparison_line(estimate_bytes: float, measured_bytes: float) -> str:
     """The CLI's last line: ``estimate X GB, measured Y GB, error Z %``."""
     return (f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, "
             f"error {error_percent(estimate_bytes, measured_bytes):+.1f} %")
-
-
-# --------------------------------------------------------------------------------------------
-# Command line (called by ``python -m course_utils memory --batch ... --seq ...``)
-# --------------------------------------------------------------------------------------------
-def cli(args: argparse.Namespace) -> int:
-    """Print the step estimate for ``args`` (see course_utils.memory); with ``measure``, also run and compare.
-
-    Returns 0, or 2 with a one-line error on stderr for input the estimate cannot use.
-    """
-    import sys  # noqa: PLC0415
-
-    def fail(message: str) -> int:
-        print(f"python -m course_utils memory: error: {message}", file=sys.stderr)
-        return 2
-
-    if args.config is None:
-        return fail("argument --config: a whole-step estimate needs the architecture (activations depend on "
-                    "hidden size, layers, vocabulary); --params alone is not enough")
-    try:
-        est = estimate_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
-                            lora_rank=args.lora_rank, targets=list(args.targets),
-                            checkpointing=bool(args.checkpointing), optimizer=args.optimizer)
-    except (ValueError, TypeError) as err:
-        return fail(str(err))
-    print(est.format())
-    for budget in args.budgets or ():
-        verdict = "fits" if est.peak_gb <= budget else "does not fit"
-        print(f"  {budget:g} GB budget: {verdict} (the predicted peak is {100 * est.peak_gb / budget:.0f} % of it)")
-    if args.measure:
-        from course_utils.hardware import pick_device  # noqa: PLC0415
-        from course_utils.measure import measure_training_step  # noqa: PLC0415
-
-        device = pick_device()  # one decision: the estimate compared below is for the device measured
-        try:
-            m = measure_training_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
-                                      lora_rank=args.lora_rank, targets=list(args.targets),
-                                      checkpointing=bool(args.checkpointing), optimizer=args.optimizer,
-                                      timeout_s=600.0, device=device)
-        except (TimeoutError, RuntimeError) as err:
-            return fail(f"argument --measure: {err}")
-        if estimate_device_for(device) != est.device:  # compare like with like (a GPU's counter has no baseline)
-            est = estimate_step(args.config, method=args.method, batch=args.batch, seq=args.seq,
-                                lora_rank=args.lora_rank, targets=list(args.targets),
-                                checkpointing=bool(args.checkpointing), optimizer=args.optimizer,
-                                device=estimate_device_for(device))
-        print(f"measured: {m.what}")
-        print(comparison_line(est.peak_bytes, m.peak_bytes))
-    return 0
-
-
-# --------------------------------------------------------------------------------------------
-# Maintainer path: the full estimate-vs-measured sweep (minutes of CPU time; not run by the notebook)
-# --------------------------------------------------------------------------------------------
-def sweep(config: str | Path | Mapping[str, Any] = "smollm2-135m", *, methods: Sequence[str] = ("full", "lora"),
-          batches: Sequence[int] = (1, 4, 8), seq: int = 128, timeout_s: float = 900.0,
-          device: Any = None) -> list[dict[str, Any]]:
-    """Estimate and measure every (method, batch) case on ``device`` (None: the GPU if there is one, else the
-    CPU); one row per case (GB, %, seconds). Each estimate is for the counter the measurement reads."""
-    from course_utils.hardware import as_device  # noqa: PLC0415
-    from course_utils.measure import measure_training_step  # noqa: PLC0415
-
-    dev = as_device(device)  # one decision for estimates and measurements
-    rows = []
-    for method in methods:
-        for batch in batches:
-            est = estimate_step(config, method=method, batch=batch, seq=seq, device=estimate_device_for(dev))
-            m = measure_training_step(config, method=method, batch=batch, seq=seq, timeout_s=timeout_s, device=dev)
-            rows.append({"method": method, "batch": batch, "seq": seq, "estimate_gb": est.peak_gb,
-                         "measured_gb": m.peak_gb, "error_pct": error_percent(est.peak_bytes, m.peak_bytes),
-                         "dynamic_estimate_gb": (est.peak_bytes - est.fixed_bytes) / GB,
-                         "dynamic_measured_gb": (m.peak_bytes - m.start_bytes) / GB,
-                         "runtime_gb": m.runtime_bytes / GB, "baseline_gb": m.baseline_bytes / GB,
-                         "step_seconds": m.step_seconds})
-    return rows
-
-
-def format_sweep(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The sweep as a Markdown table."""
-    lines = ["| method | batch | seq | estimate GB | measured GB | error | step part: estimate / measured GB "
-             "| runtime GB | step s |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['batch']} | {r['seq']} | {r['estimate_gb']:.3f} | {r['measured_gb']:.3f} "
-                     f"| {r['error_pct']:+.1f} % | {r['dynamic_estimate_gb']:.3f} / {r['dynamic_measured_gb']:.3f} "
-                     f"| {r['runtime_gb']:.3f} | {r['step_seconds']:.1f} |")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m course_utils.step_memory --sweep``: the maintainer's estimate-vs-measured table."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.step_memory", description=main.__doc__)
-    parser.add_argument("--sweep", action="store_true", help="measure every case (minutes of CPU time)")
-    parser.add_argument("--config", default="smollm2-135m")
-    parser.add_argument("--methods", default="full,lora")
-    parser.add_argument("--batches", default="1,4,8")
-    parser.add_argument("--seq", type=int, default=128)
-    args = parser.parse_args(argv)
-    methods = [m for m in args.methods.split(",") if m]
-    try:
-        batches = [int(b) for b in args.batches.split(",") if b]
-    except ValueError:
-        parser.error("argument --batches: give integers separated by commas, e.g. 1,4,8")
-    if not args.sweep:
-        for method in methods:
-            for batch in batches:
-                print(estimate_step(args.config, method=method, batch=batch, seq=args.seq).format(), end="\n\n")
-        return 0
-    print(format_sweep(sweep(args.config, methods=methods, batches=batches, seq=args.seq)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,34 +1,33 @@
 """Three more memory tricks, measured: gradient checkpointing, 8-bit AdamW, torch.compile (and 16-bit autocast,
 accumulation).
 
-* :data:`TRICKS` - each trick as one change to a training step, next to the seed's claim about it.
+* :data:`TRICKS` - each trick as one change to a training step, next to the lesson's claim about it.
 * :func:`measure_tricks` - one measured training step per trick (each in its own bounded child process on a
   CPU, see :mod:`course_utils.measure`), compared with a baseline step and with the step estimate of
   :mod:`course_utils.step_memory` *for the same device*; :func:`verdict` says whether this machine bears the
   claim out, and if not, why.
-* :func:`memory_efficient_training_arguments` - the seed's ``TrainingArguments``, built for this machine,
-  with every line explained and every change from the seed listed. Its 16-bit choice (bf16 or fp16) comes
+* :func:`memory_efficient_training_arguments` - the lesson's ``TrainingArguments``, built for this machine,
+  with every line explained and every change from the lesson's listed. Its 16-bit choice (bf16 or fp16) comes
   from :mod:`course_utils.hardware`, like every dtype and device decision in this module.
 * :data:`COMPARISON` and :func:`what_is_my_bottleneck` - the module's closing table, and a helper that names
   what does not fit a memory budget and which trick moves it under, at what estimated cost in time.
 """
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-GB = 1e9
+from course_utils.units import GB
 
 
 # --------------------------------------------------------------------------------------------
-# The tricks and the seed's claims
+# The tricks and the lesson's claims
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Trick:
-    """One trick: what it changes in a step, and the seed's claim about it (memory and time ratios vs baseline)."""
+    """One trick: what it changes in a step, and the lesson's claim about it (memory and time ratios vs baseline)."""
 
     key: str
     label: str
@@ -56,7 +55,7 @@ TRICKS: dict[str, Trick] = {t.key: t for t in (
           "big-batch gradients with small-batch memory; the cost is time"),
 )}
 
-#: The closing table of the module: the seed's three tricks, then this notebook's three, same columns.
+#: The closing table of the module: the lesson's three tricks, then this notebook's three, same columns.
 COMPARISON: tuple[tuple[str, str, str, str], ...] = (
     ("Quantization", "How numbers are stored", "Less memory, faster inference", "Some quality loss"),
     ("Mixed precision", "The precision of the maths", "Faster training, less activation memory",
@@ -73,7 +72,7 @@ COMPARISON: tuple[tuple[str, str, str, str], ...] = (
 
 
 def comparison_table() -> str:
-    """:data:`COMPARISON` as a Markdown table (first three rows: the seed's)."""
+    """:data:`COMPARISON` as a Markdown table (first three rows: the lesson's)."""
     lines = ["| Technique | What changes? | Main benefit | Main trade-off |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in COMPARISON]
     return "\n".join(lines)
@@ -131,7 +130,7 @@ def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: Any = None
     counter's estimate (no process baseline), anything else the CPU process's; None means
     :func:`course_utils.hardware.pick_device`, the device :func:`measure_tricks` measures on by default.
     """
-    from course_utils.step_memory import estimate_device_for, estimate_step  # noqa: PLC0415
+    from course_utils.step_memory import estimate_device_for, estimate_step
 
     keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
     return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=estimate_device_for(device),
@@ -145,46 +144,70 @@ def estimate_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> 
 
 def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None = None,
                    keys: Sequence[str] = tuple(TRICKS), *, timeout_s: float = 300.0,
-                   compile_timeout_s: float = 240.0, device: Any = None) -> list[TrickResult]:
+                   compile_timeout_s: float = 240.0, device: Any = None,
+                   compile_on_cpu: bool = False) -> list[TrickResult]:
     """Measure one training step per trick (``baseline`` first) on ``device``, next to its estimate for that
     same device. ``device`` None means :func:`course_utils.hardware.pick_device`, decided once for the
     estimates and the measurements. A trick that fails or runs past its time limit (``compile_timeout_s``
     for ``torch.compile``, on a GPU too) is returned with ``skipped`` set to the reason instead of stopping
-    the others."""
-    from course_utils.hardware import as_device  # noqa: PLC0415
-    from course_utils.measure import measure_training_step  # noqa: PLC0415
-    from course_utils.step_memory import estimate_device_for  # noqa: PLC0415
+    the others. On a CPU, ``torch.compile`` is tried only with ``compile_on_cpu=True``: building the compiled
+    C++ takes minutes on a laptop, so by default its row says it was skipped, and why."""
+    from course_utils.hardware import as_device
+    from course_utils.measure import measure_training_step, measure_training_steps
 
     base = dict(base or {"method": "full", "batch": 4, "seq": 128})
     dev = as_device(device)  # the one device decision: estimates below are for the device measured
-    out = []
-    for key in keys:
-        trick = TRICKS[key] if key in TRICKS else None
-        if trick is None:
-            raise ValueError(f"keys: unknown trick {key!r}; known: {', '.join(TRICKS)}")
-        kwargs = trick_kwargs(key, base)
-        row = TrickResult(key, trick.label, trick.claim, device=str(dev), estimate_device=estimate_device_for(dev))
-        try:
-            est = estimate_step_for(kwargs, config, dev)
-        except (ValueError, TypeError):
-            est = None
+    unknown = [k for k in keys if k not in TRICKS]
+    if unknown:
+        raise ValueError(f"keys: unknown trick {unknown[0]!r}; known: {', '.join(TRICKS)}")
+    rows = {key: _estimated_row(key, base, config, dev) for key in keys}
+    shared = [k for k in keys if k != "compile"]
+    if shared:  # one bounded child for all of them on a CPU, each case in a fresh fork (see measure_training_steps)
+        measured = measure_training_steps(config, [trick_kwargs(k, base) for k in shared], timeout_s=timeout_s,
+                                          device=dev)
+        for key, m in zip(shared, measured):
+            _record(rows[key], m, timeout_s)
+    if "compile" in rows:
+        row = rows["compile"]
+        if dev.type == "cpu" and not compile_on_cpu:
+            row.skipped = ("skipped on a CPU: compiling the forward and backward takes minutes here "
+                           "(compile_on_cpu=True tries it, within compile_timeout_s)")
         else:
-            row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
-        limit = compile_timeout_s if key == "compile" else timeout_s
-        try:
-            m = measure_training_step(config, timeout_s=limit, device=dev, **kwargs)
-        except TimeoutError:
-            row.skipped = f"skipped: did not finish within its {limit:g} s budget on this machine"
-        except RuntimeError as err:
-            row.skipped = f"skipped: the step failed ({str(err).splitlines()[-1][:160]})"
-        else:
-            row.measurement = m
-            row.peak_bytes, row.step_seconds = m.peak_bytes, m.step_seconds
-            row.first_step_seconds, row.compile_seconds = m.first_step_seconds, m.compile_seconds
-            row.optimizer_bytes, row.saved_activations_bytes = m.optimizer_bytes, m.saved_activations_bytes
-            row.trained_params = m.trained_params
-        out.append(row)
-    return out
+            try:
+                m = measure_training_step(config, timeout_s=compile_timeout_s, device=dev,
+                                          **trick_kwargs("compile", base))
+            except (TimeoutError, RuntimeError) as err:
+                m = err
+            _record(row, m, compile_timeout_s)
+    return [rows[k] for k in keys]
+
+
+def _estimated_row(key: str, base: Mapping[str, Any], config: Any, dev: Any) -> TrickResult:
+    """A trick's row before measuring: its label, claim and the estimate for ``dev``."""
+    from course_utils.step_memory import estimate_device_for
+
+    trick = TRICKS[key]
+    row = TrickResult(key, trick.label, trick.claim, device=str(dev), estimate_device=estimate_device_for(dev))
+    try:
+        est = estimate_step_for(trick_kwargs(key, base), config, dev)
+    except (ValueError, TypeError):
+        return row
+    row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
+    return row
+
+
+def _record(row: TrickResult, m: Any, limit: float) -> None:
+    """Put a measurement (or the reason there is none) into ``row``."""
+    if isinstance(m, TimeoutError):
+        row.skipped = f"skipped: did not finish within its {limit:g} s budget on this machine"
+    elif isinstance(m, Exception):
+        row.skipped = f"skipped: the step failed ({str(m).strip().splitlines()[-1][:160]})"
+    else:
+        row.measurement = m
+        row.peak_bytes, row.step_seconds = m.peak_bytes, m.step_seconds
+        row.first_step_seconds, row.compile_seconds = m.first_step_seconds, m.compile_seconds
+        row.optimizer_bytes, row.saved_activations_bytes = m.optimizer_bytes, m.saved_activations_bytes
+        row.trained_params = m.trained_params
 
 
 def verdict(row: TrickResult, baseline: TrickResult) -> str:
@@ -195,56 +218,68 @@ def verdict(row: TrickResult, baseline: TrickResult) -> str:
         return row.skipped
     if baseline.peak_bytes is None or baseline.step_seconds is None:
         return "no baseline to compare with"
-    mem = row.peak_bytes / baseline.peak_bytes
+    memory = row.peak_bytes / baseline.peak_bytes
     speed = row.step_seconds / baseline.step_seconds
-    said = f"peak {round(100 * (mem - 1)):+d} %, step time {round(100 * (speed - 1)):+d} %"  # no "-0 %"
-    moment = baseline.estimate_moment or "peak moment"
-    if row.key == "checkpointing":
-        acts = baseline.saved_activations_bytes or 0
-        share = acts / baseline.peak_bytes
-        own = row.estimate_moment or moment
-        why = "" if mem <= 0.6 else (
-            f"; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, and "
-            f"with checkpointing the predicted peak comes at the {own}; checkpointing removes only the layers' "
-            "activations (weights, gradients, optimizer states, the process baseline and the float32 logits "
-            "path stay)")
-        return f"{said}{why}"
-    if row.key == "adamw8bit":
-        per = (row.optimizer_bytes or 0) / max(1, row.trained_params or 1)
-        base_per = (baseline.optimizer_bytes or 0) / max(1, baseline.trained_params or 1)
-        return (f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted). "
-                "On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
-                "scratch memory the size of 5 float32 copies of the largest tensor; a GPU's fused kernel "
-                "works in place")
-    if row.key == "compile":
-        extra = f"; compile {row.compile_seconds:.0f} s once" if row.compile_seconds is not None else ""
-        ratio = 1 / speed
-        ok = 1.1 <= ratio
-        why = "" if ok else ("; no 1.2-1.5x here: on a CPU most of a step's time is in matrix multiplies, which "
-                             "compiled code leaves to the same libraries (compiling fuses the small element-wise "
-                             "operations); noisy timings can also hide a gain")
-        return f"{said} ({ratio:.2f}x speed){extra}{why}"
-    if row.key == "bf16":
-        dtype = getattr(row.measurement, "autocast", None) or "bfloat16"
-        on_gpu = str(getattr(row.measurement, "device", row.device or "cpu")).startswith("cuda")
-        if on_gpu and dtype == "float16":
-            where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
-        elif on_gpu:
-            where = "on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)"
-        else:
-            where = "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions"
-        if mem > 0.9:
-            return (f"{said} ({where}). The peak did not halve: autocast keeps a {dtype} copy of every weight on "
-                    "the gradient's path until backward, and the loss is still computed in float32 over the "
-                    "vocabulary")
+    said = f"peak {round(100 * (memory - 1)):+d} %, step time {round(100 * (speed - 1)):+d} %"  # no "-0 %"
+    explain = _EXPLANATIONS.get(row.key)
+    return said if explain is None else explain(row, baseline, said, memory, speed)
+
+
+def _checkpointing_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    if memory <= 0.6:
+        return said
+    share = (baseline.saved_activations_bytes or 0) / baseline.peak_bytes
+    moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
+    return (f"{said}; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, "
+            f"and with checkpointing the predicted peak comes at the {moment}; checkpointing removes only the "
+            "layers' activations (weights, gradients, optimizer states, the process baseline and the float32 "
+            "logits path stay)")
+
+
+def _adamw8bit_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    per = (row.optimizer_bytes or 0) / max(1, row.trained_params or 1)
+    base_per = (baseline.optimizer_bytes or 0) / max(1, baseline.trained_params or 1)
+    return (f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted). "
+            "On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
+            "scratch memory the size of 5 float32 copies of the largest tensor; a GPU's fused kernel works in place")
+
+
+def _compile_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    once = f"; compile {row.compile_seconds:.0f} s once" if row.compile_seconds is not None else ""
+    ratio = 1 / speed
+    why = "" if ratio >= 1.1 else (
+        "; no 1.2-1.5x here: on a CPU most of a step's time is in matrix multiplies, which compiled code leaves "
+        "to the same libraries (compiling fuses the small element-wise operations); noisy timings can also hide "
+        "a gain")
+    return f"{said} ({ratio:.2f}x speed){once}{why}"
+
+
+def _bf16_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    dtype = getattr(row.measurement, "autocast", None) or "bfloat16"
+    on_gpu = str(getattr(row.measurement, "device", row.device or "cpu")).startswith("cuda")
+    if on_gpu and dtype == "float16":
+        where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
+    elif on_gpu:
+        where = "on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)"
+    else:
+        where = "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions"
+    if memory <= 0.9:
         return f"{said} ({where}); activations are stored in {dtype}"
-    if row.key == "accumulation":
-        if mem < 0.97:
-            return (f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations")
-        own = row.estimate_moment or moment
-        return (f"{said} for the same examples per optimizer step. The peak did not fall: the predicted peak "
-                f"comes at the {own}, and accumulation keeps every gradient from one micro-batch to the next")
-    return said
+    return (f"{said} ({where}). The peak did not halve: autocast keeps a {dtype} copy of every weight on the "
+            "gradient's path until backward, and the loss is still computed in float32 over the vocabulary")
+
+
+def _accumulation_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    if memory < 0.97:
+        return f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations"
+    moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
+    return (f"{said} for the same examples per optimizer step. The peak did not fall: the predicted peak comes at "
+            f"the {moment}, and accumulation keeps every gradient from one micro-batch to the next")
+
+
+#: Why a trick's measurement looks the way it does, by trick (the others get the bare numbers).
+_EXPLANATIONS = {"checkpointing": _checkpointing_verdict, "adamw8bit": _adamw8bit_verdict,
+                 "compile": _compile_verdict, "bf16": _bf16_verdict, "accumulation": _accumulation_verdict}
 
 
 def results_table(rows: Sequence[TrickResult]) -> list[dict[str, Any]]:
@@ -261,10 +296,10 @@ def results_table(rows: Sequence[TrickResult]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# The seed's memory-efficient TrainingArguments
+# The lesson's memory-efficient TrainingArguments
 # --------------------------------------------------------------------------------------------
-#: The seed's arguments, line by line: (name, seed value, what the line does).
-SEED_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
+#: The lesson's arguments, line by line: (name, lesson's value, what the line does).
+LESSON_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
     ("output_dir", "./out", "where checkpoints and logs go"),
     ("per_device_train_batch_size", 2, "examples per micro-batch: what must fit in memory at once"),
     ("gradient_accumulation_steps", 8, "micro-batches per optimizer step: effective batch 2 x 8 = 16 on one GPU"),
@@ -282,15 +317,15 @@ SEED_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-#: The seed's warm-up, as a share of the optimizer steps.
+#: The lesson's warm-up, as a share of the optimizer steps.
 WARMUP_SHARE = 0.03
 
 
 def _training_arguments_fields() -> set[str]:
     """The names ``transformers.TrainingArguments`` accepts in the installed version (nothing is built)."""
-    import dataclasses  # noqa: PLC0415
+    import dataclasses
 
-    from transformers import TrainingArguments  # noqa: PLC0415
+    from transformers import TrainingArguments
 
     return {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
 
@@ -298,12 +333,12 @@ def _training_arguments_fields() -> set[str]:
 def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = None, device: Any = None,
                             bitsandbytes: bool = True, cpu_bf16: bool = True,
                             fields: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """The keyword arguments of the seed's ``TrainingArguments`` for ``device``, and the list of changes.
+    """The keyword arguments of the lesson's ``TrainingArguments`` for ``device``, and the list of changes.
 
     Decides only (nothing is built or allocated), so every branch can be tested on any machine:
 
     * 16-bit: :func:`course_utils.hardware.autocast_dtype` decides. CUDA with native bfloat16 (compute
-      capability >= 8.0): ``bf16=True`` as in the seed. A T4 (7.5, bfloat16 only emulated): ``bf16=False,
+      capability >= 8.0): ``bf16=True`` as in the lesson. A T4 (7.5, bfloat16 only emulated): ``bf16=False,
       fp16=True`` (float16 autocast; the Trainer adds loss scaling). CPU: ``bf16`` stays when the CPU supports
       bfloat16 autocast (``cpu_bf16``), plus ``use_cpu=True``, ``disable_tqdm=True``, ``report_to="none"``.
     * Warm-up: transformers 4 has ``warmup_ratio`` and wants an *integer* ``warmup_steps``; transformers 5
@@ -316,15 +351,15 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
 
     ``fields`` are the accepted names (default: the installed ``TrainingArguments``'s).
     """
-    import torch  # noqa: PLC0415
+    import torch
 
-    from course_utils.hardware import as_device, autocast_dtype  # noqa: PLC0415
+    from course_utils.hardware import as_device, autocast_dtype
 
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
     dev = as_device(device)
     fields = _training_arguments_fields() if fields is None else set(fields)
-    kwargs = {name: value for name, value, _ in SEED_TRAINING_ARGUMENTS}
+    kwargs = {name: value for name, value, _ in LESSON_TRAINING_ARGUMENTS}
     kwargs["output_dir"] = str(output_dir)
     changes = []
     ratio = kwargs.pop("warmup_ratio")
@@ -368,14 +403,14 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
 
 def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: int | None = None,
                                         device: Any = None, cuda: bool | None = None) -> tuple[Any, list[str]]:
-    """The seed's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
+    """The lesson's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
 
     ``device`` None means :func:`course_utils.hardware.pick_device`; ``cuda`` (older spelling) True/False
     means ``"cuda"``/``"cpu"``. Every decision is :func:`training_arguments_plan`'s: ``bf16`` on a CPU (where
     supported) and on Ampere-or-newer GPUs, ``fp16`` on a T4; warm-up and checkpointing spelled for the installed
     transformers; for a short demo (``max_steps`` given) no checkpoints are saved.
     """
-    from course_utils.measure import quiet_libraries  # noqa: PLC0415
+    from course_utils.quiet import quiet_libraries
 
     if cuda is not None:
         if not isinstance(cuda, bool):
@@ -384,13 +419,13 @@ def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: in
             raise ValueError("give device or cuda, not both")
         device = "cuda" if cuda else "cpu"
     with quiet_libraries():  # bitsandbytes first: transformers may import it, and its CPU notice reaches stderr
-        from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415
+        from course_utils.hardware import import_bitsandbytes
 
         bnb = import_bitsandbytes()
-        from transformers import TrainingArguments  # noqa: PLC0415
+        from transformers import TrainingArguments
 
-        from course_utils.hardware import as_device  # noqa: PLC0415
-        from course_utils.measure import adamw8bit_available  # noqa: PLC0415
+        from course_utils.hardware import as_device
+        from course_utils.measure import adamw8bit_available
 
         dev = as_device(device)  # decided once, for the plan and the optimizer check
         # on a CUDA GPU bitsandbytes has its fused kernel; elsewhere (CPU) try one 8-bit step first
@@ -407,7 +442,7 @@ def checkpointing_enabled(args: Any) -> bool:
 
 def _cpu_supports_bf16() -> bool:
     try:
-        from transformers.utils import is_torch_bf16_cpu_available  # noqa: PLC0415
+        from transformers.utils import is_torch_bf16_cpu_available
     except ImportError:  # pragma: no cover - older transformers
         return True
     return bool(is_torch_bf16_cpu_available())
@@ -420,16 +455,19 @@ def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: 
     Runs in this process: returns the losses, the steps done, the wall time and the peak memory of the run
     (see :func:`course_utils.measure.track_peak`).
     """
-    import time  # noqa: PLC0415
+    import time
 
-    import torch  # noqa: PLC0415
+    import torch
 
-    from course_utils.measure import build_model, load_config, quiet_libraries, track_peak  # noqa: PLC0415
+    from course_utils.configs import config_name, read_config
+    from course_utils.measure import build_model
+    from course_utils.peak import track_peak
+    from course_utils.quiet import quiet_libraries
 
     with quiet_libraries():  # silences bitsandbytes and transformers while they work; restored afterwards
-        from transformers import Trainer  # noqa: PLC0415
-        from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
-        cfg, name = load_config(config)
+        from transformers import Trainer
+        from transformers.trainer_callback import PrinterCallback
+        cfg, name = read_config(config), config_name(config)
         model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
         gen = torch.Generator().manual_seed(seed + 1)
         ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
@@ -442,147 +480,3 @@ def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: 
         seconds = time.perf_counter() - start
     losses = [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h]
     return {"losses": losses, "steps": result.global_step, "seconds": seconds, "peak": peak, "config": name}
-
-
-# --------------------------------------------------------------------------------------------
-# What is my bottleneck?
-# --------------------------------------------------------------------------------------------
-@dataclass
-class Option:
-    """A way to make the step fit: the changes, the new estimate, and its estimated time cost."""
-
-    changes: tuple[str, ...]
-    peak_bytes: int
-    fits: bool
-    time_factor: float
-    cost: str
-    method_changed: bool = False
-    micro_batches: int = 1
-
-    @property
-    def peak_gb(self) -> float:
-        return self.peak_bytes / GB
-
-
-@dataclass
-class Diagnosis:
-    """The answer of :func:`what_is_my_bottleneck`."""
-
-    estimate: Any
-    budget_gb: float
-    fits: bool
-    parts: list[tuple[str, int]]
-    options: list[Option] = field(default_factory=list)
-
-    def text(self, limit: int = 4) -> str:
-        """The diagnosis in a few plain lines."""
-        est = self.estimate
-        head = (f"{est.describe()}: estimated peak {est.peak_gb:.2f} GB against a {self.budget_gb:g} GB budget "
-                f"({'allocator counter, CUDA' if est.device == 'cuda' else 'process memory, CPU'}).")
-        if self.fits:
-            return head + "\nIt fits: no trick needed for memory."
-        over = est.peak_gb - self.budget_gb
-        big = sorted(self.parts, key=lambda p: -p[1])[:3]
-        lines = [head, f"It does not fit: {over:.2f} GB over. Biggest parts at the peak ({est.peak_moment}): "
-                 + "; ".join(f"{label} {b / GB:.2f} GB" for label, b in big) + "."]
-        fitting = [o for o in self.options if o.fits]
-        if not fitting:
-            lines.append("No combination of the tricks below fits: a smaller model, shorter sequences or a "
-                         "bigger machine is needed.")
-        else:
-            lines.append("Tricks that move it under the budget (same method first, fewest changes first):")
-            for o in fitting[:limit]:
-                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, time x{o.time_factor:.2f} ({o.cost})")
-        return "\n".join(lines)
-
-
-#: Estimated time factors of each move, from the arithmetic a step does (see :func:`what_is_my_bottleneck`).
-_COSTS = {
-    "checkpointing": "one extra forward of every layer",
-    "adamw8bit": "about the same time on a GPU (fused kernel)",
-    "accumulation": "same arithmetic in smaller pieces; slower if the small micro-batch leaves the GPU idle",
-    "lora": "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic",
-    "lora-bf16": "like LoRA; bfloat16 matmuls are faster on Ampere+",
-    "qlora": "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)",
-}
-
-
-def _kinds(option: Option) -> frozenset[str]:
-    """The kinds of change in an option (the accumulation split counts as one kind)."""
-    return frozenset("accumulation" if c.startswith("micro-batch") else c for c in option.changes)
-
-
-def _time_factor(method: str, new_method: str, checkpointing: bool, new_checkpointing: bool) -> float:
-    """Relative time from the arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen)."""
-    def cost(m: str, ck: bool) -> float:
-        fwd, bwd = 1.0, 2.0 if m == "full" else 1.0
-        return fwd + bwd + (fwd if ck else 0.0)
-
-    return cost(new_method, new_checkpointing) / cost(method, checkpointing)
-
-
-def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
-                          budget_gb: float = 16.0, *, seq: int = 512, lora_rank: int = 8,
-                          targets: Sequence[str] = ("q_proj", "v_proj"), optimizer: str = "adamw",
-                          checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
-    """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
-
-    Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
-    examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
-    on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
-    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the
-    arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they are frozen;
-    checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device`` ``"cuda"``
-    compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
-    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number.)
-    """
-    from course_utils.step_memory import METHODS, estimate_step  # noqa: PLC0415
-
-    if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or not 0 < budget_gb < 1e6:
-        raise ValueError(f"budget_gb must be a positive number of GB, got {budget_gb!r}")
-    common = {"seq": seq, "lora_rank": lora_rank, "targets": targets, "device": device}
-    est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing,
-                        **common)
-    fits = est.peak_gb <= budget_gb
-    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=fits, parts=est.parts())
-    if fits:
-        return diag
-    order = list(METHODS)
-    methods = order[order.index(method):]
-    splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
-    names = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "QLoRA"}
-    options = []
-    for new_method, ck, opt8 in itertools.product(methods, sorted({checkpointing, True}),
-                                                  sorted({optimizer == "adamw8bit", True})):
-        for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
-            new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k, checkpointing=ck,
-                                optimizer="adamw8bit" if opt8 else "adamw", **common)
-            if new.peak_gb <= budget_gb or k == splits[-1]:
-                break
-        changes, costs = [], []
-        if new_method != method:
-            changes.append(names[new_method])
-            costs.append(_COSTS[new_method])
-        if ck and not checkpointing:
-            changes.append("gradient checkpointing")
-            costs.append(_COSTS["checkpointing"])
-        if opt8 and optimizer != "adamw8bit":
-            changes.append("8-bit AdamW")
-            costs.append(_COSTS["adamw8bit"])
-        if k > 1:
-            changes.append(f"micro-batch {batch // k} x {k} accumulation steps")
-            costs.append(_COSTS["accumulation"])
-        if not changes:
-            continue
-        factor = _time_factor(method, new_method, checkpointing, ck)
-        options.append(Option(tuple(changes), new.peak_bytes, new.peak_gb <= budget_gb, factor, "; ".join(costs),
-                              method_changed=new_method != method, micro_batches=k))
-    # keep the method if possible (a new method changes the result, not only the cost); then fewest changes,
-    # fewest micro-batches, least time
-    options.sort(key=lambda o: (not o.fits, o.method_changed, len(o.changes), o.micro_batches, o.time_factor,
-                                o.peak_bytes))
-    # drop options that only add tricks to a simpler option that already fits
-    fitting_sets = [_kinds(o) for o in options if o.fits]
-    options = [o for o in options if not any(f < _kinds(o) for f in fitting_sets)]
-    diag.options = options
-    return diag

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the course notebooks from their sources, stamp them, and (re-)execute them.
 
-Sources live in ``notebooks/src/NN_name.py`` in the "percent" format (as jupytext writes it):
+Sources live in ``notebooks/src/NN_name.py`` in the "percent" format, read with jupytext:
 
     # %% [markdown]
     # # A title
@@ -27,13 +27,13 @@ Usage (from the repo root, with the course environment):
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import jupytext
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,9 +41,10 @@ SRC = ROOT / "notebooks" / "src"
 OUT = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT))
 
-from course_utils import about  # noqa: E402
+from course_utils import about  # noqa: E402 - after the path line above
 
-CELL_MARK = re.compile(r"^# %%(?P<rest>.*)$")
+#: How jupytext reads the sources. Magics stay as written: ``# %env`` in a code cell is a comment, not ``%env``.
+PERCENT = {"extension": ".py", "format_name": "percent", "comment_magics": False}
 
 #: Environment for executing notebooks: CPU only, offline, fixed hashing, quiet progress bars.
 EXEC_ENV = {
@@ -121,47 +122,34 @@ def stamp_header(index: int) -> str:
     me = nbs[index]
     badge = (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
              f"({about.colab_url(me.filename)})")
-    prev_link = f"← Previous: [{nbs[index - 1].title}]({nbs[index - 1].filename})" if index > 0 else "← Start of the module"
+    prev_link = (f"← Previous: [{nbs[index - 1].title}]({nbs[index - 1].filename})" if index > 0
+                 else "← Start of the module")
     next_link = (f"Next: [{nbs[index + 1].title}]({nbs[index + 1].filename}) →" if index + 1 < len(nbs)
                  else "End of the module →")
     return f"{badge}\n\n{prev_link} · {next_link}"
 
 
 def parse_source(text: str) -> list[nbformat.NotebookNode]:
-    """Split a percent-format source into notebook cells."""
+    """Split a percent-format source into notebook cells, read by jupytext.
+
+    Code cells keep only their ``tags``; markdown cells keep no metadata; blank lines at either end of a cell
+    are dropped (jupytext would keep a stray one). ``# %% [setup] extras=[...]`` is ours: jupytext reads it as a
+    code cell titled ``[setup]``, which becomes :func:`setup_cell_source`.
+    """
     cells: list[nbformat.NotebookNode] = []
-    kind, meta, lines = None, "", []
-
-    def flush() -> None:
-        if kind is None:
-            return
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            md = [re.sub(r"^# ?", "", ln) if ln.startswith("#") else ln for ln in body.split("\n")]
-            cells.append(nbformat.v4.new_markdown_cell("\n".join(md).strip("\n")))
-        elif kind == "setup":
-            m = re.search(r"extras=(\[.*?\])", meta)
-            extras = json.loads(m.group(1)) if m else []
-            cell = nbformat.v4.new_code_cell(setup_cell_source(extras))
-            cell.metadata["tags"] = ["nbval-ignore-output"]
-            cells.append(cell)
+    for cell in jupytext.reads(text, fmt=PERCENT).cells:
+        meta, source = cell.metadata, cell.source.strip("\n")
+        if cell.cell_type == "markdown":
+            cells.append(nbformat.v4.new_markdown_cell(source))
+        elif cell.cell_type == "raw":
+            cells.append(nbformat.v4.new_raw_cell(source))
+        elif str(meta.get("title", "")).startswith("[setup]"):
+            cells.append(nbformat.v4.new_code_cell(setup_cell_source(list(meta.get("extras", [])))))
+            cells[-1].metadata["tags"] = ["nbval-ignore-output"]
         else:
-            cell = nbformat.v4.new_code_cell(body)
-            m = re.search(r"tags=(\[.*?\])", meta)
-            if m:
-                cell.metadata["tags"] = json.loads(m.group(1))
-            cells.append(cell)
-
-    for line in text.split("\n"):
-        m = CELL_MARK.match(line)
-        if m:
-            flush()
-            rest = m.group("rest").strip()
-            kind = "markdown" if rest.startswith("[markdown]") else "setup" if rest.startswith("[setup]") else "code"
-            meta, lines = rest, []
-        elif kind is not None:
-            lines.append(line)
-    flush()
+            cells.append(nbformat.v4.new_code_cell(source))
+            if "tags" in meta:
+                cells[-1].metadata["tags"] = list(meta["tags"])
     return cells
 
 
@@ -220,8 +208,8 @@ def readme_table() -> str:
     rows = ["| # | Notebook | Open |", "| --- | --- | --- |"]
     for nb in about.NOTEBOOKS:
         number = nb.filename.split("_")[0]
-        rows.append(f"| {number} | [{nb.title}](notebooks/{nb.filename}) | "
-                    f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({about.colab_url(nb.filename)}) |")
+        badge = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        rows.append(f"| {number} | [{nb.title}](notebooks/{nb.filename}) | {badge}({about.colab_url(nb.filename)}) |")
     return "\n".join(rows)
 
 
@@ -244,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     args = parser.parse_args(argv)
 
-    stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS if (SRC / (Path(nb.filename).stem + ".py")).exists()]
+    stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS
+                           if (SRC / (Path(nb.filename).stem + ".py")).exists()]
     status = 0
     readme = README.read_text(encoding="utf-8")
     if args.check and stamp_readme(readme) != readme:
@@ -270,8 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.execute and len(stems) > 1:
             # One process per notebook: a second NotebookClient in the same process was seen to stall for
             # the whole cell timeout after the first one finished.
-            import subprocess  # noqa: PLC0415
-
             done = subprocess.run([sys.executable, __file__, "--execute", "--timeout", str(args.timeout), stem])
             status = max(status, done.returncode)
             continue

@@ -221,7 +221,7 @@ def requirement_problem(package: str) -> str | None:
         if importlib.util.find_spec(package) is None:
             return f"{package} is not installed"
         if package == "bitsandbytes":
-            from course_utils.hardware import import_bitsandbytes  # noqa: PLC0415 - quiet, None on failure
+            from course_utils.hardware import import_bitsandbytes
 
             return None if import_bitsandbytes() is not None else "bitsandbytes is installed but does not import here"
         importlib.import_module(package)
@@ -261,8 +261,8 @@ def run_section(section: Section, ctx: Context, record: dict[str, Any] | None = 
     except Skip as why:
         rec.update(status="skipped", reason=str(why))
     except Exception as err:  # noqa: BLE001 - record and go on with the next section
-        rec.update(status="failed", reason=f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}",
-                   error=describe_error(err))
+        first_line = str(err).splitlines()[0][:300] if str(err) else ""
+        rec.update(status="failed", reason=f"{type(err).__name__}: {first_line}", error=describe_error(err))
     else:
         failed = [c["check"] for c in out.checks if not c["ok"]]
         if failed:
@@ -310,8 +310,8 @@ def peak_allocated(ctx: Context) -> int | None:
 
 def package_versions(torch: Any) -> dict[str, str]:
     """Versions of Python, torch (and its CUDA) and the optional packages, read from their metadata."""
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-    import platform  # noqa: PLC0415
+    from importlib.metadata import PackageNotFoundError, version
+    import platform
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "torch.version.cuda": str(torch.version.cuda)}
@@ -329,7 +329,7 @@ def as_plain(obj: Any) -> Any:
         return None
     if hasattr(obj, "_asdict"):
         return dict(obj._asdict())
-    import dataclasses  # noqa: PLC0415
+    import dataclasses
 
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else str(obj)
 
@@ -348,7 +348,7 @@ def _call(module: Any, name: str, *args: Any, **kwargs: Any) -> Any:
 def section_environment(ctx: Context, out: Outcome) -> None:
     """Versions, the GPU, and the hardware module's decisions (what every notebook's setup cell prints)."""
     torch = ctx.torch
-    from course_utils import hardware  # noqa: PLC0415
+    from course_utils import hardware
 
     versions = package_versions(torch)
     out.data["versions"] = versions
@@ -397,7 +397,7 @@ def section_environment(ctx: Context, out: Outcome) -> None:
 def section_matmul(ctx: Context, out: Outcome) -> None:
     """4096x4096 matmuls in three dtypes with precision.time_matmul (torch.utils.benchmark), vs the datasheet."""
     torch = ctx.torch
-    from course_utils import hardware, precision  # noqa: PLC0415
+    from course_utils import hardware, precision
 
     name = torch.cuda.get_device_name(0)
     sheet = hardware.datasheet_for(name)
@@ -452,19 +452,23 @@ def section_matmul(ctx: Context, out: Outcome) -> None:
 # --------------------------------------------------------------------------------------------
 def lesson_task(precision: Any, torch: Any) -> tuple[Any, str]:
     """Notebook 02's digits task (needs scikit-learn), or a synthetic 64-feature, 10-class task without it."""
+    from course_utils import digits
+
     try:
-        return precision.digits_task(0), "scikit-learn digits (notebook 02's task)"
+        return digits.load_digits_data(), "scikit-learn digits (notebooks 01 and 02's task)"
     except ImportError:
         g = torch.Generator().manual_seed(0)
         x = torch.rand(1797, 64, generator=g)
         y = (x @ torch.randn(64, 10, generator=g)).argmax(dim=1)
-        return precision.Task(x[:1437], y[:1437], x[1437:], y[1437:]), "synthetic (scikit-learn is not installed)"
+        return digits.DigitsData(x[:1347], y[:1347], x[1347:], y[1347:]), "synthetic (scikit-learn is not installed)"
 
 
 def overflow_step_leaves_weights(ctx: Context, precision: Any, task: Any) -> tuple[bool, float, float]:
     """One float16 step whose loss is multiplied by 1e6: (weights unchanged?, scale before, scale after)."""
     torch = ctx.torch
-    model = precision.make_classifier(0).to(ctx.device)
+    from course_utils import digits
+
+    model = digits.make_mlp(seed=0, **precision.CLASSIFIER).to(ctx.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     kind = torch.device(ctx.device).type
     scaler = torch.amp.GradScaler(kind)
@@ -484,7 +488,7 @@ def overflow_step_leaves_weights(ctx: Context, precision: Any, task: Any) -> tup
 def section_mixed_precision(ctx: Context, out: Outcome) -> None:
     """Notebook 02's loop on CUDA: float16 + GradScaler with a forced overflow; bfloat16 where native."""
     torch = ctx.torch
-    from course_utils import hardware, precision  # noqa: PLC0415
+    from course_utils import hardware, precision
 
     task, source = lesson_task(precision, torch)
     out.data["task"] = source
@@ -512,7 +516,8 @@ def section_mixed_precision(ctx: Context, out: Outcome) -> None:
               ["dtype", "loss scaling", "steps", "first loss", "last loss", "test accuracy", "skipped steps"], rows)
     around = [h for h in fp16.history if spike - 2 <= h.step <= spike + 2]
     out.table(f"float16 around the forced overflow (loss x 1e4 at step {spike})",
-              ["step", "loss", "scale after the step", "skipped"], [[h.step, h.loss, h.scale, h.skipped] for h in around])
+              ["step", "loss", "scale after the step", "skipped"],
+              [[h.step, h.loss, h.scale, h.skipped] for h in around])
     before = fp16.history[spike - 2].scale
     at = fp16.history[spike - 1]
     out.data["float16_spike"] = {"step": spike, "scale_before": before, "scale_after": at.scale, "skipped": at.skipped}
@@ -532,7 +537,7 @@ def section_mixed_precision(ctx: Context, out: Outcome) -> None:
 # --------------------------------------------------------------------------------------------
 def section_microbatch_sweep(ctx: Context, out: Outcome) -> None:
     """accumulation.sweep_micro_batches on CUDA: same gradient, activation memory (allocator) and time."""
-    from course_utils import accumulation as acc  # noqa: PLC0415
+    from course_utils import accumulation as acc
 
     rows = acc.sweep_micro_batches(acc.MICRO_BATCH_SIZES, batch_size=64, device=ctx.device)
     out.data["memory_what"] = rows[0].memory_what
@@ -565,8 +570,8 @@ def cuda_estimate(sm: Any, kwargs: dict[str, Any], baseline_bytes: int) -> Any:
 def section_step_memory(ctx: Context, out: Outcome) -> None:
     """estimate_step vs measure_training_step (allocator peak) on CUDA, then tricks.measure_tricks."""
     torch = ctx.torch
-    from course_utils import measure  # noqa: PLC0415
-    from course_utils import step_memory as sm  # noqa: PLC0415
+    from course_utils import measure
+    from course_utils import step_memory as sm
 
     rows, cases = [], []
     for method in ("lora", "full"):
@@ -599,8 +604,8 @@ def section_step_memory(ctx: Context, out: Outcome) -> None:
     out.data["estimate_vs_measured"] = cases
     out.table("Whole-step estimate vs measured CUDA allocator peak (SmolLM2-135M architecture, seq 128, in-process "
               "as the notebooks run it on a GPU; the estimate gets the measured allocator baseline)",
-              ["method", "batch", "estimate GB", "measured GB", "error %", "reserved GB", "step s", "estimated peak moment"],
-              rows)
+              ["method", "batch", "estimate GB", "measured GB", "error %", "reserved GB", "step s",
+               "estimated peak moment"], rows)
     if cases:
         worst = max(cases, key=lambda c: abs(c["error_pct"]))
         out.note(f"largest estimate error: {worst['error_pct']:+.1f} % ({worst['method']} batch {worst['batch']}).")
@@ -609,7 +614,7 @@ def section_step_memory(ctx: Context, out: Outcome) -> None:
 
 def accepts(fn: Callable[..., Any], name: str) -> bool:
     """Whether ``fn`` takes a keyword argument ``name`` (course_utils is being changed: ask, don't assume)."""
-    import inspect  # noqa: PLC0415
+    import inspect
 
     try:
         return name in inspect.signature(fn).parameters
@@ -622,7 +627,7 @@ def measure_tricks_part(ctx: Context, out: Outcome, sm: Any) -> None:
     on a GPU); torch.compile in a child process bounded by the time left (compiling can take minutes, and
     in-process it could not be stopped)."""
     torch = ctx.torch
-    from course_utils import tricks  # noqa: PLC0415
+    from course_utils import tricks
 
     base: dict[str, Any] = {"method": "full", "batch": 4, "seq": 128}
     on_device: dict[str, Any] = {"device": ctx.device} if accepts(tricks.measure_tricks, "device") else {}
@@ -690,9 +695,9 @@ def measure_tricks_part(ctx: Context, out: Outcome, sm: Any) -> None:
 def section_qlora(ctx: Context, out: Outcome) -> None:
     """The stand-in in 4 bits + LoRA: 8 AdamW steps on the course's training texts, then 10 generated tokens."""
     torch = ctx.torch
-    from course_utils import models  # noqa: PLC0415
+    from course_utils import lora, models, standin
 
-    choice = models.ModelChoice(str(models.ensure_standin()), True, "gpu_check always uses the offline stand-in")
+    choice = standin.ModelChoice(str(standin.ensure_standin()), True, "gpu_check always uses the offline stand-in")
     free_memory(torch)
     reset_peak(ctx)
     t0 = time.monotonic()
@@ -706,8 +711,8 @@ def section_qlora(ctx: Context, out: Outcome) -> None:
               f"is_loaded_in_4bit={getattr(model, 'is_loaded_in_4bit', None)}, {four_bit} Linear4bit layers")
     out.check("the weights are on the GPU", next(model.parameters()).device.type == "cuda",
               str(next(model.parameters()).device))
-    model = models.add_lora(model)
-    trainable, total = models.trainable_counts(model)
+    model = lora.add_lora(model)
+    trainable, total = lora.trainable_counts(model)
     batches = models.training_batches(tokenizer, models.training_texts(), batch_size=4, max_length=32,
                                       device=ctx.device)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
@@ -755,7 +760,7 @@ def section_ddp(ctx: Context, out: Outcome) -> None:
     torch = ctx.torch
     if not torch.distributed.is_available():
         raise Skip("torch.distributed is not available in this torch build")
-    from course_utils import ddp  # noqa: PLC0415
+    from course_utils import ddp
 
     marker = torch.ones(1, device=ctx.device)  # CUDA is initialised in this process from here on
     if ctx.device.startswith("cuda"):
@@ -785,7 +790,7 @@ def section_ddp(ctx: Context, out: Outcome) -> None:
 def section_trainer(ctx: Context, out: Outcome) -> None:
     """tricks.memory_efficient_training_arguments(max_steps=2) + tricks.run_trainer_steps on the stand-in."""
     torch = ctx.torch
-    from course_utils import hardware, tricks  # noqa: PLC0415
+    from course_utils import hardware, tricks
 
     folder = tempfile.mkdtemp(prefix="gpu-check-trainer-")
     try:
@@ -796,14 +801,13 @@ def section_trainer(ctx: Context, out: Outcome) -> None:
             out.note(f"report_to was {args.report_to!r}: set to [] here so that no tracker is contacted offline.")
             with contextlib.suppress(Exception):
                 args.report_to = []
-        checkpointing = (tricks.checkpointing_enabled(args) if hasattr(tricks, "checkpointing_enabled") else
-                         bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", False)))
+        checkpointing = tricks.checkpointing_enabled(args)
         optim = getattr(args.optim, "value", args.optim)
         settings = {"bf16": args.bf16, "fp16": args.fp16, "optim": optim, "checkpointing": checkpointing,
                     "per_device_train_batch_size": args.per_device_train_batch_size,
                     "gradient_accumulation_steps": args.gradient_accumulation_steps, "max_steps": args.max_steps}
         out.data.update(changes=changes, settings=settings)
-        out.text("changes from the seed's arguments", "\n".join(f"- {c}" for c in changes))
+        out.text("changes from the lesson's arguments", "\n".join(f"- {c}" for c in changes))
         if ctx.device.startswith("cuda"):
             native = bool(hardware.bf16_native(ctx.device))
             want = {"bf16": True, "fp16": False} if native else {"bf16": False, "fp16": True}
@@ -991,10 +995,10 @@ def cuda_torch() -> tuple[Any | None, str]:
     if gpus_hidden():
         return None, f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r} hides every GPU"
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError:
         return None, "torch is not installed"
-    import warnings  # noqa: PLC0415
+    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -1083,7 +1087,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = Clock(float(args.budget_s))
     out_dir = Path(args.out).resolve()
     results: dict[str, Any] = {
-        "script": "scripts/gpu_check.py", "started_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "script": "scripts/gpu_check.py",
+        "started_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "budget_s": clock.budget_s, "machine": machine_summary(torch), "sections": [],
         "requested_sections": [s.key for s in args.section_list]}
     watchdog = Watchdog(results, out_dir, clock)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests and every notebook under nbval, on this CPU; then the notebooks whose
+# The whole test suite: ruff, unit tests and every notebook under nbval, on this CPU; then the notebooks whose
 # figures come from 16-bit kernels once more with other CPU kernels, against the same committed outputs
 # (they must hold on any CPU). Sets up .venv first if needed. Offline, CPU only, bounded in time.
 # Extra arguments go to pytest and skip the second run: `bash scripts/test.sh tests/test_quant.py`.
@@ -15,6 +15,10 @@ LIMIT="${COURSE_TEST_TIMEOUT:-1800}"
 
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
 
+if [ $# -eq 0 ]; then
+  echo "== ruff check (configured in pyproject.toml)"
+  "$VENV/bin/ruff" check --quiet && echo "ruff: clean"
+fi
 bounded "$VENV/bin/python" -m pytest "$@"
 if [ $# -eq 0 ]; then
   # Another CPU sums 16-bit products in another order. ATEN_CPU_CAPABILITY=default makes PyTorch use its plain

@@ -7,10 +7,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from course_utils import accumulation as acc  # noqa: E402
+from course_utils import accumulation as acc
+from course_utils import hardware
+from course_utils.digits import make_mlp
+
+
+def sweep_mlp(**sizes: int) -> torch.nn.Sequential:
+    """The sweep's model (acc.SWEEP_MLP) with smaller ``sizes``, for fast tests."""
+    return make_mlp(**{**acc.SWEEP_MLP, **sizes})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +91,7 @@ def test_scale_learning_rate() -> None:
     assert acc.scale_learning_rate(1e-3, 16, 64, rule="none") == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="rule must be one of"):
         acc.scale_learning_rate(1e-3, 16, 64, rule="cubic")
-    with pytest.raises(ValueError, match="base_lr must be a positive"):
+    with pytest.raises(ValueError, match="base_lr must be a finite number > 0"):
         acc.scale_learning_rate(0.0, 16, 64)
     with pytest.raises(ValueError, match="new_batch"):
         acc.scale_learning_rate(1e-3, 16, 0)
@@ -150,7 +157,7 @@ def test_saved_tensor_bytes_counts_a_shared_storage_once() -> None:
 
 
 def test_activation_memory_grows_with_the_micro_batch() -> None:
-    model = acc.make_mlp(hidden=32, depth=2)
+    model = sweep_mlp(hidden=32, depth=2)
     x, y = acc.regression_batch(64)
     m16, what = acc.activation_memory(model, x, y, 16)
     m32, _ = acc.activation_memory(model, x, y, 32)
@@ -205,18 +212,18 @@ def test_memory_method_by_device() -> None:
 
 def test_cpu_threads_restores_the_setting() -> None:
     before = torch.get_num_threads()
-    with acc.cpu_threads(1):
+    with hardware.cpu_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with acc.cpu_threads(None):
+    with hardware.cpu_threads(None):
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="num_threads"):
-        with acc.cpu_threads(0):
+        with hardware.cpu_threads(0):
             pass
 
 
 def test_time_accumulated_batch() -> None:
-    model = acc.make_mlp(hidden=16, depth=1)
+    model = sweep_mlp(hidden=16, depth=1)
     x, y = acc.regression_batch(8)
     assert acc.time_accumulated_batch(model, x, y, 4, min_run_time=0.01) > 0
     with pytest.raises(ValueError, match="min_run_time"):
@@ -224,7 +231,7 @@ def test_time_accumulated_batch() -> None:
 
 
 def test_sweep_rows() -> None:
-    rows = acc.sweep_micro_batches(sizes=(8, 64), model=acc.make_mlp(hidden=16, depth=1), device="cpu",
+    rows = acc.sweep_micro_batches(sizes=(8, 64), model=sweep_mlp(hidden=16, depth=1), device="cpu",
                                    min_run_time=0.01)
     assert [(r.micro_batch_size, r.accumulation_steps, r.same_gradient) for r in rows] == [(8, 8, True), (64, 1, True)]
     assert rows[1].activation_bytes == 8 * rows[0].activation_bytes
@@ -249,12 +256,22 @@ def test_sweep_rejects_bad_sizes() -> None:
         acc.sweep_micro_batches(sizes=())
 
 
-def test_format_bytes() -> None:
-    assert acc.format_bytes(512) == "512 B"
-    assert acc.format_bytes(13_312) == "13.3 KB"
-    assert acc.format_bytes(2.5e9) == "2.5 GB"
-    with pytest.raises(ValueError, match="n must be"):
-        acc.format_bytes(-1)
+def test_sweep_model_is_the_course_mlp() -> None:
+    model = make_mlp(**acc.SWEEP_MLP)
+    sizes = [(m.in_features, m.out_features) for m in model if isinstance(m, torch.nn.Linear)]
+    assert sizes == [(256, 512), (512, 512), (512, 512), (512, 1)]
+    assert sum(isinstance(m, torch.nn.GELU) for m in model) == 3
+    x, y = acc.regression_batch(4)
+    assert model(x).shape == y.shape
+
+
+def test_sizes_in_the_text_use_the_course_units() -> None:
+    rows = [acc.MicroBatchRow(1, 64, True, 0.0, 13_312, 0.01, "test"),
+            acc.MicroBatchRow(64, 1, True, 0.0, 851_968, 0.001, "test")]
+    summary = acc.micro_batch_summary(rows, 1, budget_bytes=2_500_000_000)
+    assert "activation memory: 13.3 KB" in summary
+    assert "room for 2.50 GB of activations: yes" in summary
+    assert "852.0 KB" in acc.sweep_table(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,8 +349,10 @@ def test_same_weights() -> None:
 
 def test_hugging_face_trainer_accumulates_like_a_big_batch(tmp_path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    acc.quiet_transformers()
     from transformers import TrainingArguments
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
 
     data = acc.DictDataset(acc.regression_dataset(128))
     runs = {}
@@ -348,6 +367,7 @@ def test_hugging_face_trainer_accumulates_like_a_big_batch(tmp_path) -> None:
     assert [s for s, _ in log_a] == [1, 2]
     assert [round(v, 4) for _, v in log_a] == [round(v, 4) for _, v in log_b]
     assert acc.same_weights(model_a, model_b)
+    assert hf_logging.get_verbosity() == verbosity  # quiet inside the run only: the setting is restored
 
 
 def test_train_with_trainer_refuses_long_runs(tmp_path) -> None:

@@ -1,18 +1,21 @@
-"""The command line: ``python -m course_utils memory``, its options, exit codes and the step-mode hand-off."""
+"""The command line: ``python -m course_utils memory``, its options, exit codes, --model (a fake Hub) and --gpu."""
 from __future__ import annotations
 
-import argparse
+import http.server
+import json
 import subprocess
 import sys
-import types
+import threading
 from pathlib import Path
 
 import pytest
 
-from course_utils import __main__ as cli
+from course_utils import cli
 from course_utils import memory as mem
+from course_utils.architecture import lora_adapter_params
+from course_utils.configs import config_presets
 
-from test_memory import SEED_TABLE_TOP
+from test_memory import LESSON_TABLE_TOP
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,18 +30,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return status, out.out, out.err
 
 
-def test_memory_prints_the_seed_table(capsys) -> None:
+def test_memory_prints_the_lesson_table(capsys) -> None:
     status, out, err = run(capsys, "memory")
     assert status == 0 and err == ""
-    assert out == mem.seed_table() + "\n"
-    assert out.startswith(SEED_TABLE_TOP)
+    assert out == mem.lesson_table() + "\n"
+    assert out.startswith(LESSON_TABLE_TOP)
 
 
 def test_python_dash_m_in_a_subprocess() -> None:
     result = subprocess.run([sys.executable, "-m", "course_utils", "memory"], capture_output=True, text=True,
                             cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(SEED_TABLE_TOP)
+    assert result.stdout.startswith(LESSON_TABLE_TOP)
     assert "torch" not in result.stderr
 
 
@@ -50,11 +53,11 @@ def test_config_preset_gives_exact_counts(capsys) -> None:
 
 
 def test_config_path_with_targets_rank_and_budgets(capsys) -> None:
-    path = mem.config_presets()["qwen2.5-1.5b-instruct"]
+    path = config_presets()["qwen2.5-1.5b-instruct"]
     status, out, _ = run(capsys, "memory", "--config", str(path), "--lora-rank", "16",
                          "--targets", "q_proj,k_proj,v_proj,o_proj", "--budgets", "12,24")
     assert status == 0
-    assert f"{mem.lora_adapter_params(path, 16, 'q_proj,k_proj,v_proj,o_proj'):,} numbers" in out
+    assert f"{lora_adapter_params(path, 16, 'q_proj,k_proj,v_proj,o_proj'):,} numbers" in out
     header = out.splitlines()[2]
     assert header.endswith("12 GB         24 GB")
 
@@ -93,12 +96,16 @@ def test_lora_rank_on_the_lesson_table_is_noted(capsys) -> None:
     (["--batch", "0"], "--batch"),
     (["--seq", "-1"], "--seq"),
     (["--optimizer", "sgd"], "--optimizer"),
+    (["--gpu", "X9"], "--gpu"),
+    (["--gpu", "T4", "--budgets", "12"], "--budgets"),
+    (["--model", "not an id"], "--model"),
+    (["--params", "7e9", "--batch", "2"], "--config"),
 ])
 def test_bad_input_is_one_line_naming_the_option_and_exit_2(capsys, argv: list[str], option: str) -> None:
     status, out, err = run(capsys, "memory", *argv)
     assert status == 2 and out == ""
-    last = err.strip().splitlines()[-1]
-    assert "error:" in last and option in last
+    assert len(err.strip().splitlines()) == 1
+    assert "error:" in err and option in err
 
 
 def test_unreadable_config_file(capsys, tmp_path) -> None:
@@ -113,72 +120,109 @@ def test_no_command_is_an_error(capsys) -> None:
     assert status == 2 and "COMMAND" in err
 
 
-def test_commands_are_registered_in_one_place() -> None:
-    assert cli.COMMANDS == {"memory": "course_utils.memory"}
-    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == set(cli.COMMANDS)
-
-
 # --------------------------------------------------------------------------------------------
-# Step mode: hand-off to course_utils.step_memory
+# A whole training step
 # --------------------------------------------------------------------------------------------
-@pytest.fixture
-def fake_step_memory(monkeypatch):
-    calls: list[argparse.Namespace] = []
-    fake = types.ModuleType("course_utils.step_memory")
+def test_step_mode_prints_the_step_estimate_and_each_budget(capsys) -> None:
+    from course_utils.step_memory import estimate_step
 
-    def fake_cli(args: argparse.Namespace) -> int:
-        calls.append(args)
-        print("fake step estimate")
-        return 0
-
-    fake.cli = fake_cli
-    monkeypatch.setitem(sys.modules, "course_utils.step_memory", fake)
-    return calls
+    status, out, err = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "4", "--seq", "256",
+                           "--checkpointing", "--optimizer", "adamw8bit", "--budgets", "2,8")
+    assert status == 0 and err == ""
+    est = estimate_step("smollm2-135m", method="lora", batch=4, seq=256, checkpointing=True, optimizer="adamw8bit")
+    assert out.startswith(est.format() + "\n")
+    assert f"2 GB budget: {'fits' if est.peak_gb <= 2 else 'does not fit'}" in out and "8 GB budget: fits" in out
 
 
-def test_batch_hands_a_complete_namespace_to_step_memory(capsys, fake_step_memory) -> None:
-    status, out, _ = run(capsys, "memory", "--batch", "4")
-    assert status == 0 and out == "fake step estimate\n"
-    (args,) = fake_step_memory
-    assert vars(args) == {"config": None, "params": None, "method": "lora", "lora_rank": 8,
-                          "targets": ["q_proj", "v_proj"], "batch": 4, "seq": 128, "checkpointing": False,
-                          "optimizer": "adamw", "measure": False, "budgets": [16.0, 24.0, 80.0]}
-
-
-def test_every_step_option_is_passed_on(capsys, fake_step_memory) -> None:
-    status, _, _ = run(capsys, "memory", "--config", "smollm2-135m", "--method", "full", "--lora-rank", "16",
-                       "--targets", "q_proj,k_proj", "--batch", "8", "--seq", "256", "--checkpointing",
-                       "--optimizer", "adamw8bit", "--measure", "--budgets", "12")
+def test_gpu_budgets_use_the_datasheet_and_the_allocator_counter(capsys) -> None:
+    status, out, _ = run(capsys, "memory", "--config", "smollm2-135m", "--method", "full", "--batch", "16",
+                         "--seq", "512", "--gpu", "T4,L4,A100-40GB,H100")
     assert status == 0
-    (args,) = fake_step_memory
-    assert args.config == mem.config_presets()["smollm2-135m"] and isinstance(args.config, Path)
-    assert (args.method, args.lora_rank, args.targets) == ("full", 16, ["q_proj", "k_proj"])
-    assert (args.batch, args.seq, args.checkpointing, args.optimizer, args.measure) == (8, 256, True, "adamw8bit", True)
-    assert args.budgets == [12.0] and args.params is None
+    assert "(cuda)" in out.splitlines()[0] and "framework baseline (allocator counter" in out
+    labels = [ln.split(" budget:")[0].strip() for ln in out.splitlines() if " budget:" in ln]
+    assert labels == ["T4 16 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    status, out, _ = run(capsys, "memory", "--gpu", "t4,h100")  # the table, budgeted by GPU
+    header = out.splitlines()[1]
+    assert status == 0 and header.endswith("t4 16 GB    h100 80 GB")
 
 
-def test_seq_alone_or_measure_alone_is_step_mode(capsys, fake_step_memory) -> None:
-    run(capsys, "memory", "--params", "1.7B", "--seq", "512")
-    run(capsys, "memory", "--measure")
-    assert [(a.params, a.batch, a.seq, a.measure) for a in fake_step_memory] == [
-        (1_700_000_000, 1, 512, False), (None, 1, 128, True)]
+# --------------------------------------------------------------------------------------------
+# --model: a config.json from the Hub (a local fake Hub here: no network)
+# --------------------------------------------------------------------------------------------
+SMOL = json.loads(config_presets()["smollm2-135m"].read_text())
 
 
-def test_step_memory_exit_status_is_returned(capsys, monkeypatch) -> None:
-    fake = types.ModuleType("course_utils.step_memory")
-    fake.cli = lambda args: 3
-    monkeypatch.setitem(sys.modules, "course_utils.step_memory", fake)
-    assert run(capsys, "memory", "--batch", "2")[0] == 3
+class _FakeHub(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/HuggingFaceTB/SmolLM2-135M/resolve/main/config.json":
+            body, code = json.dumps(SMOL).encode(), 200
+        elif self.path.startswith("/meta-llama/"):
+            body, code = b"gated", 401
+        else:
+            body, code = b"not found", 404
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # keep the test's output clean
+        pass
 
 
-def test_step_mode_without_step_memory_is_a_one_line_error(capsys, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "course_utils.step_memory", None)  # makes the import fail
-    status, out, err = run(capsys, "memory", "--batch", "2")
-    assert status == 2 and out == ""
-    assert "step_memory" in err.strip().splitlines()[-1]
+@pytest.fixture
+def fake_hub(monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    yield
+    server.shutdown()
 
 
-def test_table_mode_never_imports_step_memory(capsys, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "course_utils.step_memory", None)
-    assert run(capsys, "memory", "--budgets", "12")[0] == 0
+def test_model_reads_only_the_config_from_the_hub(capsys, fake_hub) -> None:
+    status, out, err = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M")
+    assert status == 0 and err == ""
+    assert out.startswith("HuggingFaceTB/SmolLM2-135M: 134,515,008 parameters") and "460,800 numbers" in out
+    status, out, _ = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M", "--batch", "2", "--gpu", "T4")
+    assert status == 0 and "HuggingFaceTB/SmolLM2-135M, LoRA" in out and "T4 16 GB budget: fits" in out
+
+
+@pytest.mark.parametrize("model,why", [("meta-llama/Llama-3.1-8B", "gated or private"),
+                                       ("nobody/nothing", "not on the Hub")])
+def test_gated_or_unknown_model_is_one_line_naming_the_presets(capsys, fake_hub, model: str, why: str) -> None:
+    status, out, err = run(capsys, "memory", "--model", model)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert why in err and "--config" in err and "smollm2-135m" in err
+
+
+def test_offline_model_is_one_line_naming_the_presets(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    status, out, err = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "HF_HUB_OFFLINE" in err and "--config" in err and "qwen2.5-1.5b-instruct" in err
+
+
+def test_unreachable_hub_answers_within_seconds(capsys, monkeypatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    status, _, err = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M")
+    assert status == 2 and "did not answer" in err and "--config" in err
+
+
+@pytest.mark.parametrize("text,value", [("134515008", 134_515_008), ("7e9", 7_000_000_000), ("1.7B", 1_700_000_000),
+                                        ("135M", 135_000_000), ("7_000_000_000", 7_000_000_000), ("70b", 70 * 10**9)])
+def test_parse_count(text: str, value: int) -> None:
+    assert cli.parse_count(text) == value
+
+
+@pytest.mark.parametrize("text", ["-5", "0", "seven", "1.5.2", ""])
+def test_parse_count_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        cli.parse_count(text)

@@ -43,6 +43,60 @@ def test_data_split(data: digits.DigitsData) -> None:
     assert torch.equal(again.x_test, data.x_test) and torch.equal(again.y_train, data.y_train)
 
 
+def test_batches_are_fixed_by_the_seed(data: digits.DigitsData) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    first = list(data.batches(3, 8, seed=1))
+    again = list(data.batches(3, 8, seed=1))
+    assert torch.equal(torch.rand(1), expected)  # the global random stream was not consumed
+    assert len(first) == 3 and first[0][0].shape == (8, 64) and first[0][1].shape == (8,)
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(first, again))
+    assert not torch.equal(first[0][1], next(data.batches(1, 8, seed=2))[1])
+
+
+@pytest.mark.parametrize("args, err, what", [
+    ((1, 0), ValueError, "batch_size must be between 1 and 1347"), ((0, 8), ValueError, "steps"),
+    ((1, 8.0), TypeError, "batch_size"), ((True, 8), TypeError, "steps"), ((1, 8, -1), ValueError, "seed"),
+])
+def test_bad_batches_fail_at_the_call(data: digits.DigitsData, args: tuple, err: type, what: str) -> None:
+    with pytest.raises(err, match=what):
+        data.batches(*args)  # checked at the call, not at the first next()
+
+
+def test_make_mlp_sizes_and_activations() -> None:
+    def layout(model: torch.nn.Sequential) -> list:
+        return [(m.in_features, m.out_features) if isinstance(m, torch.nn.Linear) else type(m).__name__
+                for m in model]
+
+    assert layout(digits.make_mlp()) == [(64, 64), "ReLU", (64, 10)]
+    assert layout(digits.make_mlp(128, depth=2)) == [(64, 128), "ReLU", (128, 128), "ReLU", (128, 10)]
+    assert layout(digits.make_mlp(32, in_features=10, out_features=1, activation="gelu")) == \
+        [(10, 32), "GELU", (32, 1)]
+
+
+def test_make_mlp_is_fixed_by_its_seed_and_leaves_the_caller_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    a, b = digits.make_mlp(seed=5), digits.make_mlp(seed=5)
+    assert torch.equal(torch.rand(1), expected)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    torch.manual_seed(5)  # the same weights as building the layers right after manual_seed(seed)
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), plain.parameters()))
+
+
+@pytest.mark.parametrize("kwargs, err, what", [
+    ({"hidden": 0}, ValueError, "hidden"), ({"depth": 0}, ValueError, "depth"), ({"depth": 2.0}, TypeError, "depth"),
+    ({"in_features": 0}, ValueError, "in_features"), ({"out_features": True}, TypeError, "out_features"),
+    ({"activation": "tanh"}, ValueError, "activation must be one of relu, gelu"), ({"seed": -1}, ValueError, "seed"),
+])
+def test_make_mlp_bad_arguments(kwargs: dict, err: type, what: str) -> None:
+    with pytest.raises(err, match=what):
+        digits.make_mlp(**kwargs)
+
+
 def test_training_is_deterministic_and_leaves_the_caller_alone(data: digits.DigitsData) -> None:
     threads = torch.get_num_threads()
     torch.manual_seed(123)
@@ -134,7 +188,7 @@ def test_notebook_text_quotes_the_measured_numbers(per_tensor, per_row) -> None:
     ({"hidden": 0}, ValueError, "hidden"),
     ({"batch_size": True}, TypeError, "batch_size"),
     ({"lr": 2.0}, ValueError, "lr"),
-    ({"lr": "fast"}, ValueError, "lr"),
+    ({"lr": "fast"}, TypeError, "lr"),
     ({"seed": -1}, ValueError, "seed"),
     ({"data": "digits"}, TypeError, "data"),
 ])
@@ -144,8 +198,11 @@ def test_bad_training_arguments(kwargs: dict, err: type, what: str) -> None:
 
 
 def test_other_bad_arguments(model, data) -> None:
-    with pytest.raises(ValueError, match="test_fraction"):
-        digits.load_digits_data(test_fraction=1.5)
+    for bad in (1.5, 1.0, 0):
+        with pytest.raises(ValueError, match="test_fraction"):
+            digits.load_digits_data(test_fraction=bad)
+    with pytest.raises(TypeError, match="test_fraction"):
+        digits.load_digits_data(test_fraction="a quarter")
     with pytest.raises(ValueError, match="fmt"):
         digits.model_in_format(model, "int5")
     with pytest.raises(TypeError, match="fmt"):

@@ -85,17 +85,19 @@ def test_hardware_summary_on_a_mac_says_cpu_and_why(monkeypatch: pytest.MonkeyPa
     assert line.startswith("CPU only") and "MPS" in line and "run on the CPU" in line
 
 
-def test_track_peak_memory_reads_the_cuda_counters_on_a_gpu(cuda_device: Profile,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_track_peak_reads_the_cuda_counters_on_a_gpu(cuda_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    from course_utils.peak import track_peak
+
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 123)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 456)
-    with hardware.track_peak_memory() as peak:
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 7)
+    with track_peak() as peak:
         calls.append("work")
     assert calls == ["sync", "reset", "work", "sync"]
-    assert (peak.bytes, peak.reserved_bytes) == (123, 456) and "CUDA" in peak.what
+    assert (peak.bytes, peak.start_bytes, peak.reserved_bytes) == (123, 7, 456) and "CUDA" in peak.what
 
 
 def test_simulated_gpu_stops_at_the_first_allocation(cuda_device: Profile) -> None:
@@ -172,8 +174,8 @@ class FakePip:
     def __call__(self, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
         self.calls.append(list(cmd))
         failed = self.fail_on is not None and any(self.fail_on in part for part in cmd)
-        return subprocess.CompletedProcess(cmd, 1 if failed else 0, "",
-                                           "ERROR: Could not find a version that satisfies the requirement" if failed else "")
+        message = "ERROR: Could not find a version that satisfies the requirement" if failed else ""
+        return subprocess.CompletedProcess(cmd, 1 if failed else 0, "", message)
 
 
 def run_setup_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, colab: bool, pip: FakePip,

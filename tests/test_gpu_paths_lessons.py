@@ -12,6 +12,7 @@ import torch
 
 from course_utils import accumulation as acc
 from course_utils import ddp, hardware, precision
+from course_utils.digits import make_mlp
 from course_utils.widgets import precision as precision_widgets
 from gpu_sim import Profile, simulate
 
@@ -137,7 +138,7 @@ def test_cuda_reading_is_proportional_to_the_micro_batch(cuda_device: Profile, m
     pass, as activation_memory does, the difference is proportional to the micro-batch; a fixed weight-gradient
     temporary, which a forward+backward peak would include, would break that.
     """
-    model = acc.make_mlp(hidden=32, depth=2)
+    model = make_mlp(**{**acc.SWEEP_MLP, "hidden": 32, "depth": 2})
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}  # views of weights allocate nothing
     counter = {"total": 0, "seen": set()}
 

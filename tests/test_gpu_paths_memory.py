@@ -17,7 +17,7 @@ import torch
 from transformers import Trainer, TrainingArguments  # noqa: F401 - imported before any device is simulated: their
 # first import probes CUDA in ways the simulation does not answer
 
-from course_utils import measure, memory, step_memory, tricks
+from course_utils import measure, step_memory, tricks
 from course_utils.measure import Precision, StepMeasurement, measure_training_step, step_precision
 from gpu_sim import Profile
 
@@ -49,7 +49,7 @@ def fake_measurement(device: str, **extra: Any) -> StepMeasurement:
 # --------------------------------------------------------------------------------------------
 def test_frozen_layer_plan_follows_the_device(any_device: Profile) -> None:
     half = half_for(any_device)
-    plan = memory.frozen_layer_plan()
+    plan = measure.frozen_layer_plan()
     assert [d for _, d, _ in plan] == [torch.float32, half, torch.uint8]
     assert plan[1][0] == str(half).removeprefix("torch.") and plan[2][2] == half  # NF4 computes in it too
 
@@ -65,7 +65,7 @@ def test_time_frozen_layer_stops_at_the_first_cuda_allocation(cuda_device: Profi
 
     monkeypatch.setattr(torch.nn, "Linear", spy)
     with pytest.raises(CUDA_REFUSED):
-        memory.time_frozen_layer(32, 48, 16, min_run_time=0.01)
+        measure.time_frozen_layer(32, 48, 16, min_run_time=0.01)
     assert made[0][0] == torch.float32 and torch.device(made[0][1]).type == "cuda"
 
 
@@ -192,14 +192,15 @@ def test_measure_tricks_estimates_for_the_measured_device(any_device: Profile,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict] = []
 
-    def fake(config: Any, **kwargs: Any) -> StepMeasurement:
-        calls.append(kwargs)
-        return fake_measurement(str(kwargs["device"]))
+    def fake(config: Any, cases: list, *, timeout_s: float, device: Any) -> list[StepMeasurement]:
+        calls.extend({**case, "device": device} for case in cases)
+        return [fake_measurement(str(device)) for _ in cases]
 
-    monkeypatch.setattr(measure, "measure_training_step", fake)
+    monkeypatch.setattr(measure, "measure_training_steps", fake)
     base = {"method": "full", "batch": 4, "seq": 16}
     rows = tricks.measure_tricks(TINY, base, ["baseline", "bf16", "accumulation"])
     expected = "cuda" if any_device.is_cuda else "cpu"
+    assert len(calls) == 3
     for row, kwargs in zip(rows, calls):
         assert torch.device(kwargs["device"]).type == expected and row.device.startswith(expected)
         assert row.estimate_device == expected
@@ -213,19 +214,27 @@ def test_measure_tricks_estimates_for_the_measured_device(any_device: Profile,
 def test_sweep_estimates_for_the_measured_device(any_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
 
-    def fake(config: Any, **kwargs: Any) -> StepMeasurement:
-        seen.append(kwargs["device"])
-        return fake_measurement(str(kwargs["device"]))
+    def fake(config: Any, cases: list, *, device: Any, timeout_s: float) -> list[StepMeasurement]:
+        seen.append(device)
+        return [fake_measurement(str(device)) for _ in cases]
 
-    monkeypatch.setattr(measure, "measure_training_step", fake)
-    rows = step_memory.sweep(TINY, methods=("lora",), batches=(1,), seq=8)
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "memory_sweep.py"  # the maintainers' sweep
+    spec = importlib.util.spec_from_file_location("memory_sweep", path)
+    memory_sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory_sweep)
+    monkeypatch.setattr(memory_sweep, "measure_training_steps", fake)
+    case = {"method": "lora", "batch": 1, "seq": 8, "checkpointing": False}
+    (row,) = memory_sweep.run_cases(TINY, [case], memory_sweep.as_device(None), 60)
     expected = "cuda" if any_device.is_cuda else "cpu"
     est = step_memory.estimate_step(TINY, method="lora", batch=1, seq=8, device=expected)
-    assert torch.device(seen[0]).type == expected and rows[0]["estimate_gb"] == est.peak_gb
+    assert torch.device(seen[0]).type == expected and row["estimate_gb"] == est.peak_gb
 
 
 def test_cli_measure_compares_like_with_like(any_device: Profile, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from course_utils.__main__ import main
+    from course_utils.cli import main
 
     seen: list[Any] = []
 

@@ -1,4 +1,4 @@
-"""course_utils.models on simulated devices: every device-dependent decision, down to the first CUDA allocation.
+"""course_utils.models, hub, standin, lora and unsloth on simulated devices: every device-dependent decision.
 
 ``simulate(monkeypatch, key)`` (tests/gpu_sim.py) makes ``torch.cuda`` *answer* like a T4, L4, A100 or H100
 (or like a machine without CUDA). This CPU build of torch raises at the first CUDA allocation, so these tests
@@ -17,7 +17,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from course_utils import hub, lora, standin, unsloth
 from course_utils import models as M
+from course_utils.architecture import PROJECTIONS
 from course_utils.hardware import autocast_dtype, import_bitsandbytes, needs_loss_scaling
 from gpu_sim import CUDA_PROFILES, PROFILES, simulate
 
@@ -80,25 +82,25 @@ def test_a_t4_claims_bf16_but_the_course_does_not_believe_it(monkeypatch) -> Non
 # --------------------------------------------------------------------------------------------
 def test_decide_source_per_device(device, offline_env, monkeypatch) -> None:
     calls = []
-    monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or True)
-    decision = M.decide_source()
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or True)
+    decision = hub.decide_source()
     if device == "CPU":
         assert decision.source == "standin" and "no CUDA GPU" in decision.reason and calls == []
     else:
         assert decision.source == "real" and calls == [1.5]
-        monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: False)
-        assert M.decide_source().source == "standin"
+        monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: False)
+        assert hub.decide_source().source == "standin"
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-        monkeypatch.setattr(M, "cached_on_disk", lambda name: True)
-        assert M.decide_source().source == "real"
+        monkeypatch.setattr(hub, "cached_on_disk", lambda name: True)
+        assert hub.decide_source().source == "real"
 
 
 def test_choose_model_on_a_gpu_with_the_hub_is_the_real_model(device, offline_env, monkeypatch) -> None:
-    monkeypatch.setattr(M, "hub_reachable", lambda timeout_s=1.5: True)
-    monkeypatch.setattr(M, "ensure_standin", lambda seed=0: "/standin")
-    choice = M.choose_model()
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: True)
+    monkeypatch.setattr(standin, "ensure_standin", lambda seed=0: "/standin")
+    choice = standin.choose_model()
     assert choice.is_standin is (device == "CPU")
-    assert choice.name == ("/standin" if device == "CPU" else M.REAL_MODEL)
+    assert choice.name == ("/standin" if device == "CPU" else hub.REAL_MODEL)
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,9 +119,9 @@ def test_nf4_compute_dtype_follows_the_device(device) -> None:
 @pytest.mark.parametrize("bits", [16, pytest.param(8, marks=needs_bnb), pytest.param(4, marks=needs_bnb)])
 def test_load_model_arguments_per_device(device, spy_from_pretrained, bits) -> None:
     expected = EXPECTED_DTYPE[device]
-    M.load_model(M.REAL_MODEL, bits)
+    M.load_model(hub.REAL_MODEL, bits)
     (call,) = spy_from_pretrained
-    assert call["name"] == M.REAL_MODEL
+    assert call["name"] == hub.REAL_MODEL
     assert call["dtype"] == expected and "torch_dtype" not in call
     assert call["device_map"] == ("cpu" if device == "CPU" else "auto")
     qc = call["quantization_config"]
@@ -133,7 +135,7 @@ def test_load_model_arguments_per_device(device, spy_from_pretrained, bits) -> N
 
 @needs_bnb
 def test_an_explicit_cpu_device_wins_on_a_gpu_machine(device, spy_from_pretrained) -> None:
-    M.load_model(M.REAL_MODEL, 4, device="cpu")
+    M.load_model(hub.REAL_MODEL, 4, device="cpu")
     (call,) = spy_from_pretrained
     assert call["device_map"] == "cpu" and call["dtype"] == torch.bfloat16
     assert call["quantization_config"].bnb_4bit_compute_dtype == torch.bfloat16
@@ -141,16 +143,16 @@ def test_an_explicit_cpu_device_wins_on_a_gpu_machine(device, spy_from_pretraine
 
 def test_old_transformers_get_torch_dtype(device, spy_from_pretrained, monkeypatch) -> None:
     monkeypatch.setattr(M, "transformers_version", lambda: (4, 55))
-    M.load_model(M.REAL_MODEL, 16)
+    M.load_model(hub.REAL_MODEL, 16)
     (call,) = spy_from_pretrained
     assert call["torch_dtype"] == EXPECTED_DTYPE[device] and "dtype" not in call
 
 
 def test_load_model_rejects_a_bad_device(device, spy_from_pretrained) -> None:
     with pytest.raises(ValueError, match="device"):
-        M.load_model(M.REAL_MODEL, 16, device="gpu0")
+        M.load_model(hub.REAL_MODEL, 16, device="gpu0")
     with pytest.raises(TypeError, match="device"):
-        M.load_model(M.REAL_MODEL, 16, device=0.5)  # type: ignore[arg-type]
+        M.load_model(hub.REAL_MODEL, 16, device=0.5)  # type: ignore[arg-type]
     assert spy_from_pretrained == []
 
 
@@ -161,7 +163,7 @@ def test_load_model_rejects_a_bad_device(device, spy_from_pretrained) -> None:
 def tiny_standin(tmp_path_factory) -> str:
     from transformers import AutoConfig
 
-    return str(M.ensure_standin(AutoConfig.for_model(**TINY), seed=0, folder=tmp_path_factory.mktemp("cache")))
+    return str(standin.ensure_standin(AutoConfig.for_model(**TINY), seed=0, folder=tmp_path_factory.mktemp("cache")))
 
 
 def test_standin_is_stored_in_bf16_and_loaded_per_device(device, tiny_standin, spy_from_pretrained) -> None:
@@ -181,7 +183,7 @@ def test_building_the_standin_never_touches_cuda(device, tmp_path) -> None:
     """ensure_standin builds on the CPU whatever the machine; a CUDA allocation here would raise."""
     from transformers import AutoConfig
 
-    path = M.ensure_standin(AutoConfig.for_model(**TINY), seed=1, folder=tmp_path)
+    path = standin.ensure_standin(AutoConfig.for_model(**TINY), seed=1, folder=tmp_path)
     assert (path / "config.json").exists() and (path / "tokenizer.json").exists()
 
 
@@ -218,7 +220,7 @@ class FakeQuantizedModel(torch.nn.Module):
         self.config = SimpleNamespace(use_cache=True)
         self.weight = torch.nn.Parameter(torch.empty(1, device="meta"))
 
-    def parameters(self, recurse: bool = True):  # noqa: D401 - report the simulated device
+    def parameters(self, recurse: bool = True):
         yield SimpleNamespace(device=self.where)
 
 
@@ -250,8 +252,8 @@ def spy_peft(monkeypatch: pytest.MonkeyPatch) -> dict:
 def test_add_lora_decisions_per_device(device, spy_peft) -> None:
     on_gpu = device != "CPU"
     model = FakeQuantizedModel(torch.device("cuda", 0) if on_gpu else torch.device("cpu"))
-    out = M.add_lora(model, r=16, alpha=16)
-    assert out is model and spy_peft["targets"] == set(M.SEED_TARGETS)
+    out = lora.add_lora(model, r=16, alpha=16)
+    assert out is model and spy_peft["targets"] == set(PROJECTIONS)
     assert spy_peft["checkpointing"] is on_gpu  # gradient checkpointing: on a GPU only
     assert model.config.use_cache is (not on_gpu)
     assert spy_peft["rng_devices"] == ([0] if on_gpu else [])  # the seed also fixes the GPU's RNG there
@@ -259,7 +261,7 @@ def test_add_lora_decisions_per_device(device, spy_peft) -> None:
 
 def test_a_cpu_model_on_a_gpu_machine_is_trained_as_on_a_cpu(device, spy_peft) -> None:
     model = FakeQuantizedModel(torch.device("cpu"))
-    M.add_lora(model)
+    lora.add_lora(model)
     assert spy_peft["checkpointing"] is False and spy_peft["rng_devices"] == []
 
 
@@ -275,13 +277,13 @@ def test_training_loop_loss_scaling_flag(device) -> None:
 @pytest.mark.parametrize("installed", [True, False])
 @pytest.mark.parametrize("colab", [True, False])
 def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
-    monkeypatch.setattr(M, "unsloth_importable", lambda: installed)
-    monkeypatch.setattr(M, "on_colab", lambda: colab)
-    real = M.ModelChoice(M.REAL_MODEL, False, "a CUDA GPU is here and the Hub is reachable")
-    standin = M.ModelChoice("/standin", True, "the Hub did not answer")
-    plan = M.unsloth_plan(real)
+    monkeypatch.setattr(unsloth, "unsloth_importable", lambda: installed)
+    monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
+    real = standin.ModelChoice(hub.REAL_MODEL, False, "a CUDA GPU is here and the Hub is reachable")
+    fallback = standin.ModelChoice("/standin", True, "the Hub did not answer")
+    plan = unsloth.unsloth_plan(real)
     assert plan.run is (device != "CPU" and installed)
-    assert not M.unsloth_plan(standin).run
+    assert not unsloth.unsloth_plan(fallback).run
     text = plan.message()
     if plan.run:
         assert plan.command is None

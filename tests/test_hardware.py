@@ -63,14 +63,6 @@ def test_bad_device_arguments() -> None:
         hardware.datasheet_for(None)  # type: ignore[arg-type]
 
 
-def test_peak_memory_on_cpu_says_what_it_measured() -> None:
-    with hardware.track_peak_memory("cpu") as peak:
-        block = torch.ones(4_000_000)  # 16 MB
-    assert peak.bytes >= block.nbytes
-    assert "CPU process peak resident memory" in peak.what
-    assert peak.gb == peak.bytes / 1e9
-
-
 def test_gpu_memory_is_none_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert hardware.gpu_memory_gb() is None

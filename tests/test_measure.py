@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from course_utils import measure
-from course_utils.measure import StepMeasurement, measure_peak, measure_training_step, track_peak
+from course_utils.measure import StepMeasurement, measure_training_step
+from course_utils.peak import measure_peak, track_peak
+from course_utils.quiet import quiet_libraries
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -81,10 +83,11 @@ def test_bad_config() -> None:
         measure_training_step(TINY, batch=2.5)  # type: ignore[arg-type]
 
 
-def test_preset_config_loads_without_its_source_key() -> None:
-    cfg, name = measure.load_config("smollm2-135m")
-    assert name == "smollm2-135m" and "_source" not in cfg and "torch_dtype" not in cfg
-    assert cfg["hidden_size"] == 576 and cfg["num_hidden_layers"] == 30
+def test_spec_reads_a_preset_without_notes_or_dtype() -> None:
+    spec = measure._spec("smollm2-135m", "lora", 1, 8, 8, "q_proj,v_proj", False, "adamw", None, False, 1, 1, 0)
+    cfg = spec["config"]
+    assert spec["config_name"] == "smollm2-135m" and "_source" not in cfg and "torch_dtype" not in cfg
+    assert cfg["hidden_size"] == 576 and cfg["num_hidden_layers"] == 30 and spec["targets"] == ["q_proj", "v_proj"]
 
 
 def test_timeout_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,15 +191,15 @@ def test_quiet_libraries_restores_warnings_and_loggers() -> None:
     transformers.utils.logging.set_verbosity_warning()
     try:
         before = _library_state()
-        with measure.quiet_libraries():
+        with quiet_libraries():
             assert logging.getLogger("peft").level == logging.ERROR
             assert transformers.utils.logging.get_verbosity() == logging.ERROR
             with warnings.catch_warnings(record=True) as caught:
-                warnings.warn("hidden", UserWarning)
+                warnings.warn("hidden", UserWarning, stacklevel=1)
             assert caught == []  # ignored inside
         assert _library_state() == before
         with pytest.raises(KeyError):  # restored on an error too
-            with measure.quiet_libraries():
+            with quiet_libraries():
                 raise KeyError("x")
         assert _library_state() == before
     finally:
@@ -273,3 +276,55 @@ def test_adamw8bit_unavailable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
 
     args, changes = tricks.memory_efficient_training_arguments("/tmp/unused-out", max_steps=1, cuda=False)
     assert args.optim.value == "adamw_torch" and any("8-bit AdamW" in c for c in changes)
+
+
+def test_time_frozen_layer_small() -> None:
+    times = measure.time_frozen_layer(32, 48, 16, min_run_time=0.01, device="cpu")
+    assert {"float32", "bfloat16"} <= set(times) and all(t > 0 for t in times.values())
+
+
+def test_frozen_layer_plan_on_a_cpu_uses_bfloat16() -> None:
+    plan = measure.frozen_layer_plan("cpu")
+    assert [label for label, _, _ in plan] == ["float32", "bfloat16", "4-bit NF4"]
+    assert plan[2][2] == torch.bfloat16  # NF4 computes in the device's 16-bit dtype
+
+
+@pytest.mark.parametrize("kwargs,error,match", [({"tokens": 0}, ValueError, "tokens"),
+                                                ({"in_features": 10**6}, ValueError, "in_features"),
+                                                ({"out_features": 2.5}, TypeError, "out_features"),
+                                                ({"min_run_time": 60}, ValueError, "min_run_time")])
+def test_time_frozen_layer_rejects_bad_sizes(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        measure.time_frozen_layer(**kwargs)
+
+
+
+
+def test_several_steps_share_one_child_and_each_is_measured_alone() -> None:
+    cases = [{"method": "full", "batch": 2, "seq": 16}, {"method": "lora", "batch": 1, "seq": 8, "lora_rank": 4}]
+    full, lora = measure.measure_training_steps(TINY, cases, timeout_s=120, device="cpu")
+    alone = measure_training_step(TINY, method="lora", batch=1, seq=8, lora_rank=4, timeout_s=120, device="cpu")
+    assert (full.method, lora.method) == ("full", "lora") and lora.trained_params == alone.trained_params
+    assert lora.weights_bytes == alone.weights_bytes and lora.saved_activations_bytes == alone.saved_activations_bytes
+    # a forked process starts from the imports only: its baseline is a fresh process's, not the first case's peak
+    assert abs(lora.baseline_bytes - alone.baseline_bytes) < 0.1 * alone.baseline_bytes
+    assert lora.baseline_bytes < full.peak_bytes
+
+
+def test_a_failing_case_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [{"method": "lora", "batch": 1, "seq": 8, "lora_rank": 4, "optimizer": "adamw8bit"},
+             {"method": "full", "batch": 1, "seq": 8}]
+    monkeypatch.setattr(measure, "_can_fork", lambda: True)
+    monkeypatch.setattr(measure, "_run_in_child_lines", lambda args, timeout_s: [
+        '{"index": 0, "error": "TimeoutError: past its time limit"}',
+        '{"index": 1, "error": "RuntimeError: boom"}'])
+    first, second = measure.measure_training_steps(TINY, cases, timeout_s=5, device="cpu")
+    assert isinstance(first, TimeoutError) and "timeout_s=5" in str(first)
+    assert isinstance(second, RuntimeError) and "boom" in str(second)
+
+
+@pytest.mark.parametrize("cases,match", [([], "at least one"), ([{"compile": True}], "compiled step"),
+                                         ([{"batchsize": 2}], "unknown argument")])
+def test_several_steps_reject_bad_cases(cases, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        measure.measure_training_steps(TINY, cases, device="cpu")

@@ -1,16 +1,14 @@
 """course_utils.memory: the lesson's estimator, its table, exact counts from configs, and bad input."""
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from course_utils import memory as mem
 
 # The lesson's table, value by value: (model, method) -> GB to the hundredth, fits on 16 / 24 / 80 GB.
-SEED_ROWS = [
+LESSON_ROWS = [
     ("SmolLM2-135M", "full", "2.15", (True, True, True)),
     ("SmolLM2-135M", "lora", "0.54", (True, True, True)),
     ("SmolLM2-135M", "lora-bf16", "0.27", (True, True, True)),
@@ -29,7 +27,7 @@ SEED_ROWS = [
     ("a 70B model", "qlora", "37.88", (False, False, True)),
 ]
 
-SEED_TABLE_TOP = """\
+LESSON_TABLE_TOP = """\
 ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them).
 model          method                             GB  laptop 16 GB     GPU 24 GB     GPU 80 GB
 SmolLM2-135M   full fine-tuning (float32)       2.15          fits          fits          fits
@@ -51,18 +49,18 @@ a 70B model    QLoRA, base in 4 bits           37.88            no            no
 fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."""
 
 
-@pytest.mark.parametrize("model,method,gb,fit", SEED_ROWS, ids=[f"{r[0]}-{r[1]}" for r in SEED_ROWS])
-def test_every_value_of_the_seed_table(model: str, method: str, gb: str, fit: tuple[bool, ...]) -> None:
+@pytest.mark.parametrize("model,method,gb,fit", LESSON_ROWS, ids=[f"{r[0]}-{r[1]}" for r in LESSON_ROWS])
+def test_every_value_of_the_lesson_table(model: str, method: str, gb: str, fit: tuple[bool, ...]) -> None:
     size = next(m for m in mem.MODELS if m.name == model)
     est = mem.estimate_model(size, method)
     assert f"{est.gb:.2f}" == gb
     assert tuple(est.fits(b.gb) for b in mem.BUDGETS) == fit
 
 
-def test_seed_table_text_is_the_lessons_table() -> None:
-    text = mem.seed_table()
-    assert text.startswith(SEED_TABLE_TOP + "\n")
-    # The seed's last footnote said QLoRA is not an option on a CPU; bitsandbytes 0.50 runs 4 bits on x86 CPUs.
+def test_lesson_table_text_is_the_lessons_table() -> None:
+    text = mem.lesson_table()
+    assert text.startswith(LESSON_TABLE_TOP + "\n")
+    # "QLoRA is not an option on a CPU" is out of date: bitsandbytes 0.50 runs 4 bits on x86 CPUs.
     assert text.splitlines()[-1] == mem.FOOTNOTE_QLORA
     assert "x86 CPUs" in mem.FOOTNOTE_QLORA and "not an option" not in mem.FOOTNOTE_QLORA
     assert len(text.splitlines()) == 20
@@ -116,51 +114,9 @@ def test_parts_add_up() -> None:
     assert list(est.parts_gb()) == ["weights", "gradients", "AdamW states"]
 
 
-# --------------------------------------------------------------------------------------------
-# Exact counts from configs
-# --------------------------------------------------------------------------------------------
-def test_smollm2_counts_by_arithmetic() -> None:
-    assert mem.count_parameters("smollm2-135m") == 134_515_008
-    assert mem.lora_adapter_params("smollm2-135m", 8, ("q_proj", "v_proj")) == 460_800
+def test_model_from_config_counts_exactly() -> None:
     model = mem.model_from_config("smollm2-135m")
     assert (model.name, model.params, model.adapter) == ("smollm2-135m", 134_515_008, 460_800)
-
-
-def test_preset_resolution_and_the_source_key(tmp_path) -> None:
-    presets = mem.config_presets()
-    assert {"smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507"} <= set(presets)
-    assert mem.resolve_config("SmolLM2-135M.json") == presets["smollm2-135m"]
-    assert "_source" in json.loads(presets["smollm2-135m"].read_text())
-    assert "_source" not in mem.load_config("smollm2-135m")
-    own = tmp_path / "config.json"
-    own.write_text(presets["smollm2-135m"].read_text())
-    assert mem.resolve_config(own) == own and mem.count_parameters(own) == 134_515_008
-
-
-@pytest.mark.parametrize("preset", ["smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507"])
-@pytest.mark.parametrize("rank,targets", [(8, ("q_proj", "v_proj")), (4, ("all-linear",))])
-def test_arithmetic_matches_transformers_and_peft_on_the_meta_device(preset: str, rank: int, targets) -> None:
-    total, trained = mem.count_on_meta(preset, rank, targets)
-    assert mem.count_parameters(preset) == total
-    assert mem.lora_adapter_params(preset, rank, targets) == trained
-
-
-def test_meta_count_of_smollm2_is_the_lessons_number() -> None:
-    assert mem.count_on_meta("smollm2-135m", 8) == (134_515_008, 460_800)
-    assert mem.count_on_meta("smollm2-135m") == (134_515_008, None)
-
-
-def test_untied_head_and_other_architectures_fall_back_to_meta() -> None:
-    cfg = mem.load_config("smollm2-135m")
-    untied = dict(cfg, tie_word_embeddings=False)
-    assert mem.count_parameters(untied) == 134_515_008 + 49152 * 576
-    other = dict(cfg, model_type="gemma", head_dim=64)
-    assert mem.count_parameters(other) == mem.count_on_meta(other)[0]
-
-
-def test_targets_normalisation() -> None:
-    assert mem.normalize_targets("q_proj, v_proj,q_proj") == ("q_proj", "v_proj")
-    assert mem.normalize_targets(["all-linear"]) == mem.KNOWN_TARGETS
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,20 +130,17 @@ def _fake_measurement(**over):
 
 
 def test_account_for_peak_adds_up_to_the_peak() -> None:
-    parts = mem.account_for_peak(_fake_measurement(), mem.estimate(mem.SMOLLM2_PARAMS, "lora"))
+    parts = mem.account_for_peak(_fake_measurement())
     assert sum(v for _, v in parts) == pytest.approx(1.9)
     assert parts[-1][0].startswith("other") and parts[-1][1] == pytest.approx(1.9 - 0.45 - 0.54 - 0.0055 - 0.6)
 
 
-@pytest.mark.parametrize("field,value", [("peak_bytes", -1), ("grads_bytes", float("nan")), ("weights_bytes", None)])
-def test_account_for_peak_rejects_bad_measurements(field: str, value) -> None:
-    with pytest.raises(ValueError, match=f"measured.{field}"):
-        mem.account_for_peak(_fake_measurement(**{field: value}), mem.estimate(1e6, "lora"))
-
-
-def test_account_for_peak_needs_an_estimate() -> None:
-    with pytest.raises(TypeError, match="estimate_"):
-        mem.account_for_peak(_fake_measurement(), 0.54)
+@pytest.mark.parametrize("field,value,error", [("peak_bytes", -1, ValueError),
+                                               ("grads_bytes", float("nan"), ValueError),
+                                               ("weights_bytes", None, TypeError)])
+def test_account_for_peak_rejects_bad_measurements(field: str, value, error) -> None:
+    with pytest.raises(error, match=f"measured.{field}"):
+        mem.account_for_peak(_fake_measurement(**{field: value}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,32 +173,6 @@ def test_budget_must_be_positive(budget) -> None:
         mem.budgets_from_gb([budget])
 
 
-def test_memory_reads_configs_with_the_course_reader() -> None:
-    """Bad configs are tested once, in test_configs.py; memory must use that same reader."""
-    from course_utils import configs
-
-    assert mem.load_config is configs.read_config and mem.resolve_config is configs.resolve_config
-
-
-def test_bad_targets() -> None:
-    with pytest.raises(ValueError, match="unknown module name"):
-        mem.normalize_targets("q_proj,lm_head")
-    with pytest.raises(ValueError, match="at least one"):
-        mem.normalize_targets(" , ")
-
-
-@pytest.mark.parametrize("text,value", [("134515008", 134_515_008), ("7e9", 7_000_000_000), ("1.7B", 1_700_000_000),
-                                        ("135M", 135_000_000), ("7_000_000_000", 7_000_000_000), ("70b", 70 * 10**9)])
-def test_parse_count(text: str, value: int) -> None:
-    assert mem.parse_count(text) == value
-
-
-@pytest.mark.parametrize("text", ["-5", "0", "seven", "1.5.2", ""])
-def test_parse_count_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        mem.parse_count(text)
-
-
 # --------------------------------------------------------------------------------------------
 # Charts and the budget planner (its callback is a plain function)
 # --------------------------------------------------------------------------------------------
@@ -270,7 +197,7 @@ def test_estimate_vs_measured_chart() -> None:
 
     from course_utils.plots.memory import measured_description, plot_estimate_vs_measured
 
-    parts = mem.account_for_peak(_fake_measurement(), mem.estimate(mem.SMOLLM2_PARAMS, "lora"))
+    parts = mem.account_for_peak(_fake_measurement())
     fig = plot_estimate_vs_measured(0.5436, parts)
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_ylabel()
@@ -337,26 +264,6 @@ def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
     plt.close("all")
 
 
-def test_time_frozen_layer_small() -> None:
-    times = mem.time_frozen_layer(32, 48, 16, min_run_time=0.01, device="cpu")
-    assert {"float32", "bfloat16"} <= set(times) and all(t > 0 for t in times.values())
-
-
-def test_frozen_layer_plan_on_a_cpu_uses_bfloat16() -> None:
-    plan = mem.frozen_layer_plan("cpu")
-    assert [label for label, _, _ in plan] == ["float32", "bfloat16", "4-bit NF4"]
-    assert plan[2][2] == torch.bfloat16  # NF4 computes in the device's 16-bit dtype
-
-
-@pytest.mark.parametrize("kwargs,error,match", [({"tokens": 0}, ValueError, "tokens"),
-                                                ({"in_features": 10**6}, ValueError, "in_features"),
-                                                ({"out_features": 2.5}, TypeError, "out_features"),
-                                                ({"min_run_time": 60}, ValueError, "min_run_time")])
-def test_time_frozen_layer_rejects_bad_sizes(kwargs, error, match) -> None:
-    with pytest.raises(error, match=match):
-        mem.time_frozen_layer(**kwargs)
-
-
 def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
     from course_utils.widgets import memory as wm
 
@@ -364,3 +271,45 @@ def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
     model_dropdown, size_slider = box.children[0].children
     size_slider.value = 30.0
     assert model_dropdown.value == wm.CUSTOM
+
+
+def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils.step_memory import CATEGORIES
+    from course_utils.widgets import memory as wm
+
+    p = wm.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
+    assert [b.label for b in p.budgets] == ["T4 16 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    assert "T4 16 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
+    assert p.estimate.device == "cuda" and sum(p.estimate.categories().values()) == p.estimate.peak_bytes
+    fig = wm.step_planner_view("smollm2-135m", "full", 4, 512, True, "adamw8bit")
+    ax = fig.axes[0]
+    assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == list(CATEGORIES)
+    assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
+        wm.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == [16.0, 24.0, 40.0, 80.0]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),
+                                                ({"batch": 0}, ValueError, "batch"),
+                                                ({"checkpointing": 1}, TypeError, "checkpointing"),
+                                                ({"gpus": ("T4", "X9")}, ValueError, "X9")])
+def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
+    from course_utils.widgets import memory as wm
+
+    with pytest.raises(error, match=match):
+        wm.step_plan(**kwargs)
+
+
+def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils.widgets import memory as wm
+
+    box = wm.step_planner("smollm2-135m", "lora", 8, 512)
+    assert "predicted peak" in capsys.readouterr().out
+    box.children[1].children[3].value = True  # gradient checkpointing
+    assert "gradient checkpointing" in capsys.readouterr().out
+    plt.close("all")

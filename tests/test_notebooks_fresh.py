@@ -42,7 +42,8 @@ def test_no_errors_or_stderr_in_committed_outputs(path: Path) -> None:
         for out in cell.get("outputs", []):
             assert out["output_type"] != "error", f"{path.name} code cell {i}: stored error {out.get('ename')}"
             if out["output_type"] == "stream":
-                assert out["name"] != "stderr", f"{path.name} code cell {i} wrote to stderr: {''.join(out['text'])[:120]!r}"
+                text = "".join(out["text"])[:120]
+                assert out["name"] != "stderr", f"{path.name} code cell {i} wrote to stderr: {text!r}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

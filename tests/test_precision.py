@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from course_utils import hardware, precision
+from course_utils import digits, hardware, precision
 
 
 # ---------------------------------------------------------------------------------------- formats
@@ -115,7 +115,7 @@ def test_update_report_text_and_bad_input() -> None:
     assert "LOST" in text and "0.999899983" in text and "1.961e-03" in text
     assert "survives" in precision.update_report("fp16", 3e-4)
     for bad in (0.0, -1e-3):
-        with pytest.raises(ValueError, match="update must be > 0"):
+        with pytest.raises(ValueError, match="update must be a finite number > 0"):
             precision.update_report("float16", bad)
     with pytest.raises(ValueError, match="dtype"):
         precision.update_report("fp8", 1e-3)
@@ -255,35 +255,15 @@ def test_fraction_of_peak_and_report(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------------------------------- training
-def test_digits_task_is_fixed_and_offline() -> None:
-    task = precision.digits_task()
-    assert task.x_train.shape == (1438, 64) and task.x_test.shape == (359, 64)
-    assert float(task.x_train.max()) == 1.0
-    first = next(task.batches(1, 8, seed=1))
-    again = next(task.batches(1, 8, seed=1))
-    assert torch.equal(first[1], again[1])
-    with pytest.raises(ValueError, match="batch_size"):
-        next(task.batches(1, 0))
-    with pytest.raises(ValueError, match="steps"):
-        next(task.batches(0, 8))
-    with pytest.raises(ValueError, match="test_fraction"):
-        precision.digits_task(test_fraction=1.0)
-
-
-def test_make_classifier_leaves_global_rng_alone() -> None:
-    torch.manual_seed(123)
-    expected = torch.rand(1)
-    torch.manual_seed(123)
-    a, b = precision.make_classifier(5), precision.make_classifier(5)
-    assert torch.equal(torch.rand(1), expected)
-    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
-    with pytest.raises(ValueError, match="hidden"):
-        precision.make_classifier(hidden=0)
+def test_the_classifier_is_the_course_mlp_with_two_hidden_layers() -> None:
+    model = digits.make_mlp(**precision.CLASSIFIER)
+    sizes = [(m.in_features, m.out_features) for m in model if isinstance(m, torch.nn.Linear)]
+    assert sizes == [(64, 128), (128, 128), (128, 10)]
 
 
 @pytest.fixture(scope="module")
-def task() -> precision.Task:
-    return precision.digits_task()
+def task() -> digits.DigitsData:
+    return digits.load_digits_data()  # the course's split, shared with notebook 01
 
 
 def test_bf16_loop_learns_with_scaler_off(task) -> None:
@@ -320,6 +300,22 @@ def test_train_mixed_precision_bad_input(task, kwargs, match) -> None:
     kwargs = {"steps": 10, "task": task, **kwargs}
     with pytest.raises(ValueError, match=match):
         precision.train_mixed_precision(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [({"steps": 2.0}, "steps"), ({"spike_at": (True,)}, "spike_at"),
+                                           ({"lr": "fast"}, "lr"), ({"task": "digits"}, "task")])
+def test_train_mixed_precision_wrong_kinds(task, kwargs, match) -> None:
+    kwargs = {"steps": 10, "task": task, **kwargs}
+    with pytest.raises(TypeError, match=match):
+        precision.train_mixed_precision(**kwargs)
+
+
+def test_the_default_task_is_the_course_split(task) -> None:
+    """Without a task the loop trains on digits.load_digits_data(): the notebook's loop must match it."""
+    default = precision.train_mixed_precision("float32", device="cpu", steps=3)
+    given = precision.train_mixed_precision("float32", device="cpu", steps=3, task=task)
+    assert [log.loss for log in default.history] == [log.loss for log in given.history]
+    assert default.test_accuracy == given.test_accuracy
 
 
 def test_log_lines_bad_every() -> None:
@@ -395,7 +391,8 @@ def test_compare_runs_within_tolerance() -> None:
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    ({"loss_tolerance": 0}, ValueError, "loss_tolerance"), ({"accuracy_tolerance": 2.0}, ValueError, "accuracy_tolerance"),
+    ({"loss_tolerance": 0}, ValueError, "loss_tolerance"),
+    ({"accuracy_tolerance": 2.0}, ValueError, "accuracy_tolerance"),
     ({"last": 0}, ValueError, "last"),
 ])
 def test_compare_runs_bad_input(kwargs, exc, match) -> None:

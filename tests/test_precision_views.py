@@ -5,13 +5,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from course_utils import precision  # noqa: E402
-from course_utils.plots import precision as plots  # noqa: E402
-from course_utils.widgets import precision as widgets  # noqa: E402
+from course_utils import precision
+from course_utils.plots import precision as plots
+from course_utils.widgets import precision as widgets
 
 
 def _labelled(fig) -> None:

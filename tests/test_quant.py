@@ -75,7 +75,8 @@ def test_the_4096_experiment_prints_the_lesson_figures(big: torch.Tensor) -> Non
     lines = [f"float32: {w.nbytes / 1e6:.0f} MB"]
     for bits in (8, 4):
         q = quant.quantize(w, bits)
-        lines.append(f"int{bits}:    {quant.storage_bytes(q) / 1e6:.0f} MB, average error {quant.mean_abs_error(w, q):.3f}")
+        lines.append(f"int{bits}:    {quant.storage_bytes(q) / 1e6:.0f} MB, "
+                     f"average error {quant.mean_abs_error(w, q):.3f}")
     assert lines == ["float32: 67 MB", "int8:    17 MB, average error 0.010", "int4:    8 MB, average error 0.189"]
 
 
@@ -115,7 +116,8 @@ def test_every_value_is_within_half_a_step(bits: int, block_size: int | None, sy
     lo, hi = quant.level_range(bits, symmetric)
     assert int(q.codes.min()) >= lo and int(q.codes.max()) <= hi
     assert q.codes.dtype == (torch.int8 if symmetric else torch.uint8)
-    assert q.n_blocks == (1 if block_size is None else math.ceil(x.numel() / block_size) if block_size < x.numel() else 1)
+    blocks = 1 if block_size is None or block_size >= x.numel() else math.ceil(x.numel() / block_size)
+    assert q.n_blocks == blocks
 
 
 def test_level_ranges() -> None:

@@ -8,14 +8,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-from matplotlib.collections import PathCollection  # noqa: E402
-import torch  # noqa: E402
+import pytest
+from matplotlib.collections import PathCollection
+import torch
 
-from course_utils import digits, quant  # noqa: E402
-from course_utils.plots import plt  # noqa: E402
-from course_utils.plots import quant as qplots  # noqa: E402
-from course_utils.widgets import quant as qwidgets  # noqa: E402
+from course_utils import digits, quant
+from course_utils.plots import plt
+from course_utils.plots import quant as qplots
+from course_utils.widgets import quant as qwidgets
 
 NOTEBOOK_SRC = Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_quantization.py"
 #: A widget redraw should take well under a second; the lesson aims for ~0.5 s. The bound is loose because
@@ -136,7 +136,8 @@ def test_demo_matrix_is_fixed_and_leaves_the_global_rng_alone() -> None:
     m = qwidgets.demo_matrix()
     assert torch.equal(torch.rand(2), expected)
     assert m.shape == (qwidgets.DEMO_SIDE, qwidgets.DEMO_SIDE)
-    assert torch.equal(m, torch.randn(qwidgets.DEMO_SIDE, qwidgets.DEMO_SIDE, generator=torch.Generator().manual_seed(0)))
+    side = qwidgets.DEMO_SIDE
+    assert torch.equal(m, torch.randn(side, side, generator=torch.Generator().manual_seed(0)))
 
 
 def test_histograms_subsample_big_tensors() -> None:

@@ -1,14 +1,15 @@
 """course_utils.step_memory: the whole-step estimate, checked against what autograd and the process really hold."""
 from __future__ import annotations
 
-import argparse
 import os
 from importlib.metadata import version
 
 import pytest
 
-from course_utils import data_path, measure, step_memory as sm
-from course_utils.step_memory import Architecture, estimate_step, saved_activations
+from course_utils import measure, step_memory as sm
+from course_utils.architecture import Architecture
+from course_utils.configs import read_config
+from course_utils.step_memory import estimate_step, saved_activations
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,7 +34,7 @@ def test_parameter_count_matches_transformers_on_meta(preset: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg, _ = measure.load_config(preset)
+    cfg = read_config(preset)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
     assert Architecture.from_config(preset).params == sum(p.numel() for p in model.parameters())
@@ -80,7 +81,7 @@ CASES = [
 @pytest.mark.parametrize("method, autocast, checkpointing, targets", CASES)
 def test_saved_activations_and_state_bytes_are_exact(method, autocast, checkpointing, targets) -> None:
     """Counted by saved_tensors_hooks in a real step (in this process; memory peaks are not used here)."""
-    spec = {"config": measure.load_config(TINY)[0], "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
+    spec = {"config": read_config(TINY), "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
             "lora_rank": 4, "targets": list(targets), "checkpointing": checkpointing, "optimizer": "adamw",
             "autocast": autocast, "compile": False, "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu"}
     real = measure.run_step(spec)
@@ -133,7 +134,7 @@ def test_peak_moment_moves_with_batch() -> None:
 def test_cuda_has_no_process_baseline() -> None:
     cpu = estimate_step("smollm2-135m", method="lora", batch=8, seq=128)
     gpu = estimate_step("smollm2-135m", method="lora", batch=8, seq=128, device="cuda")
-    assert cpu.peak_bytes - gpu.peak_bytes == sm.CPU_BASELINE_BYTES
+    assert cpu.peak_bytes - gpu.peak_bytes == sm.CPU_BASELINE_BYTES + sm.CPU_RUNTIME_BYTES
 
 
 def test_korthikanti_reference_numbers() -> None:
@@ -168,36 +169,15 @@ def test_bad_config() -> None:
         sm.error_percent(1.0, 0.0)
 
 
-# ---------------------------------------------------------------- the command line hook
-def _ns(**kw) -> argparse.Namespace:
-    base = {"config": data_path("configs", "smollm2-135m.json"), "params": None, "method": "lora",
-            "lora_rank": 8, "targets": ["q_proj", "v_proj"], "batch": 8, "seq": 128, "checkpointing": False,
-            "optimizer": "adamw", "measure": False, "budgets": [16.0, 24.0]}
-    base.update(kw)
-    return argparse.Namespace(**base)
-
-
-def test_cli_prints_breakdown_and_budgets(capsys: pytest.CaptureFixture) -> None:
-    assert sm.cli(_ns()) == 0
-    out = capsys.readouterr().out
-    assert "total (predicted peak)" in out and "16 GB budget: fits" in out
-
-
-def test_cli_needs_a_config(capsys: pytest.CaptureFixture) -> None:
-    assert sm.cli(_ns(config=None, params=135_000_000)) == 2
-    assert "--config" in capsys.readouterr().err
-
-
-def test_cli_rejects_bad_values(capsys: pytest.CaptureFixture) -> None:
-    assert sm.cli(_ns(batch=0)) == 2
-    assert "batch" in capsys.readouterr().err
-
-
+# ---------------------------------------------------------------- the command line's --measure
 def test_cli_measure_prints_the_comparison_line(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture) -> None:
+    from course_utils import cli
+
     fake = measure.StepMeasurement(2_000_000_000, 440_000_000, 0, 0, 0, 0, 1.0, "cpu", "CPU: a fake")
     monkeypatch.setattr(measure, "measure_training_step", lambda *a, **k: fake)
-    assert sm.cli(_ns(measure=True)) == 0
+    monkeypatch.setattr("course_utils.hardware.pick_device", lambda: __import__("torch").device("cpu"))
+    assert cli.main(["memory", "--config", "smollm2-135m", "--batch", "8", "--measure"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     est = estimate_step("smollm2-135m", method="lora", batch=8, seq=128)
     assert last == sm.comparison_line(est.peak_bytes, 2e9)

@@ -8,8 +8,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from course_utils import tricks  # noqa: E402
-from course_utils.tricks import TrickResult, trick_kwargs, verdict, what_is_my_bottleneck  # noqa: E402
+from course_utils import tricks
+from course_utils.bottleneck import what_is_my_bottleneck
+from course_utils.tricks import TrickResult, trick_kwargs, verdict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,7 +34,7 @@ def test_seed_comparison_rows_carry_over_exactly() -> None:
 def test_seed_claims() -> None:
     assert tricks.TRICKS["checkpointing"].claim == "~50 % memory reduction at ~30 % speed cost"
     assert tricks.TRICKS["compile"].time_ratio == (1 / 1.5, 1 / 1.2)
-    seed = dict((name, value) for name, value, _ in tricks.SEED_TRAINING_ARGUMENTS)
+    seed = dict((name, value) for name, value, _ in tricks.LESSON_TRAINING_ARGUMENTS)
     assert seed["optim"] == "adamw_8bit" and seed["gradient_accumulation_steps"] == 8
     assert seed["per_device_train_batch_size"] == 2 and seed["warmup_ratio"] == 0.03 and seed["torch_compile"] is False
 
@@ -99,7 +100,7 @@ def test_training_arguments_for_this_machine(tmp_path) -> None:
     args, changes = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, cuda=False)
     assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 8
     # bitsandbytes before 0.49 has no CPU 8-bit AdamW: the helper then falls back to torch's AdamW (and says so)
-    from course_utils.measure import adamw8bit_available  # noqa: PLC0415
+    from course_utils.measure import adamw8bit_available
 
     expected_optim = "adamw_8bit" if adamw8bit_available("cpu") else "adamw_torch"
     assert tricks.checkpointing_enabled(args) and args.optim.value == expected_optim and args.torch_compile is False
@@ -167,3 +168,13 @@ def test_charts_and_widget_callback(capsys) -> None:
         bottleneck_view(batch=1000, show_chart=False)
     with pytest.raises(ValueError, match="model"):
         bottleneck_view(model="gpt-5", show_chart=False)
+
+
+def test_compile_on_a_cpu_is_skipped_unless_asked(monkeypatch) -> None:
+    from course_utils import measure
+
+    calls = []
+    monkeypatch.setattr(measure, "measure_training_step", lambda *a, **k: calls.append(k) or None)
+    (row,) = tricks.measure_tricks("smollm2-135m", {"method": "full", "batch": 4, "seq": 64}, ["compile"], device="cpu")
+    assert calls == [] and row.skipped.startswith("skipped on a CPU") and "compile_on_cpu=True" in row.skipped
+    assert row.estimate_bytes is not None  # the estimate is still there

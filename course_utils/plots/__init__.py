@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.rcParams.update({"figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False,
                             "axes.grid": True, "grid.alpha": 0.3, "font.size": 10})
 
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 - after the style settings above, which it reads
 
 #: Colours used across the module, so a format keeps its colour from one chart to the next.
 COLORS = {"float32": "#4C72B0", "bfloat16": "#55A868", "float16": "#C44E52", "int8": "#8172B2",

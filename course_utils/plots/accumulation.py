@@ -5,8 +5,10 @@ from typing import Any, Sequence
 
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from .. import checks
+from ..accumulation import MicroBatchRow, find_row, proportion_check
+from ..units import format_bytes
 from . import COLORS, plt
-from ..accumulation import MicroBatchRow, find_row, format_bytes, proportion_check
 
 
 def _check_rows(rows: Sequence[MicroBatchRow]) -> None:
@@ -24,8 +26,8 @@ def plot_micro_batch_sweep(rows: Sequence[MicroBatchRow], highlight: int | None 
     _check_rows(rows)
     if highlight is not None:
         find_row(rows, highlight)
-    if budget_bytes is not None and (isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float)) or budget_bytes <= 0):
-        raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
+    if budget_bytes is not None:
+        checks.positive(budget_bytes, "budget_bytes")
     sizes = [r.micro_batch_size for r in rows]
     batch = rows[0].micro_batch_size * rows[0].accumulation_steps
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.8))

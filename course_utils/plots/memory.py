@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from course_utils.memory import BUDGETS, Budget, MemoryEstimate
+from course_utils.memory import BUDGETS, Budget, MemoryEstimate, usable_gb
 from course_utils.plots import COLORS, new_figure
 
 #: Colours of the parts of a training step's memory (stacked bars).
@@ -49,19 +49,10 @@ def plot_breakdown(estimate: MemoryEstimate, budget_gb: float, ax: Any = None) -
     """A stacked bar of weights, gradients and AdamW states, beside the budget and its usable 70 %."""
     if not isinstance(estimate, MemoryEstimate):
         raise TypeError(f"estimate must be a MemoryEstimate, got {type(estimate).__name__}")
-    from course_utils.memory import usable_gb  # noqa: PLC0415
-
     usable = usable_gb(budget_gb)
-    if ax is None:
-        fig, ax = new_figure(f"What takes the memory: {estimate.model}, {estimate.label}",
-                             "the estimate (activations not included)", "memory (GB)", figsize=(7.5, 4.0))
-    else:
-        fig = ax.figure
-    bottom = 0.0
-    for part, value in estimate.parts_gb().items():
-        ax.bar(["estimate"], [value], bottom=bottom, color=PART_COLORS[part], label=f"{part}: {value:.2f} GB",
-               zorder=2, width=0.5)
-        bottom += value
+    fig, ax = _figure(ax, f"What takes the memory: {estimate.model}, {estimate.label}",
+                      "the estimate (activations not included)", (7.5, 4.0))
+    bottom = _stacked_bar(ax, "estimate", estimate.parts_gb(), PART_COLORS)
     ax.axhline(budget_gb, color="black", linewidth=1.2, label=f"budget: {budget_gb:g} GB")
     ax.axhline(usable, color="black", linestyle="--", linewidth=1.2, label=f"70% usable: {usable:g} GB")
     verdict = "fits" if estimate.fits(budget_gb) else "does not fit"
@@ -121,3 +112,48 @@ def measured_description(estimate_gb: float, measured_gb: float, seq: int) -> st
             "into the framework's baseline, the weights, the gradients, the AdamW states, the activations saved for "
             "backward and the rest.")
 
+
+
+#: Colours of :meth:`course_utils.step_memory.StepEstimate.categories`, in stacking order.
+CATEGORY_COLORS = {"weights": COLORS["float32"], "gradients": COLORS["float16"], "optimizer": COLORS["int8"],
+                   "activations": COLORS["measured"], "overhead": "#8C8C8C"}
+
+
+def plot_step_against_budgets(estimate: Any, budgets: Sequence[Budget], ax: Any = None) -> Any:
+    """One stacked bar of a step's predicted peak (weights, gradients, optimizer, activations, overhead), with a
+    line at each budget's full size. ``estimate`` is a :class:`course_utils.step_memory.StepEstimate`."""
+    if not hasattr(estimate, "categories"):
+        raise TypeError(f"estimate must be a StepEstimate, got {type(estimate).__name__}")
+    if not budgets:
+        raise ValueError("budgets must hold at least one Budget")
+    fig, ax = _figure(ax, f"Predicted peak of one training step: {estimate.arch.name}",
+                      "the step estimate, split at its peak moment", (7.5, 4.2))
+    parts = {part: nbytes / 1e9 for part, nbytes in estimate.categories().items()}
+    bottom = _stacked_bar(ax, "step", parts, CATEGORY_COLORS)
+    for budget, style in zip(budgets, _BUDGET_STYLES + ("-",) * len(budgets)):
+        verdict = "fits" if estimate.peak_gb <= budget.gb else "too small"
+        ax.axhline(budget.gb, color="#333333", linestyle=style, linewidth=1.2, zorder=3,
+                   label=f"{budget.label}: {verdict}")
+    ax.annotate(f"{estimate.peak_gb:.2f} GB", (0, bottom), ha="center", va="bottom", xytext=(0, 3),
+                textcoords="offset points")
+    ax.set_xlim(-0.8, 0.8)
+    ax.set_ylim(0, max([bottom] + [b.gb for b in budgets]) * 1.12)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _figure(ax: Any, title: str, xlabel: str, figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A new figure with the course's style, or the figure of the ``ax`` given."""
+    if ax is None:
+        return new_figure(title, xlabel, "memory (GB)", figsize=figsize)
+    return ax.figure, ax
+
+
+def _stacked_bar(ax: Any, name: str, parts_gb: dict[str, float], colors: dict[str, str]) -> float:
+    """One bar named ``name``, its parts stacked in order, each labelled with its GB; returns the bar's top."""
+    bottom = 0.0
+    for part, value in parts_gb.items():
+        ax.bar([name], [value], bottom=bottom, color=colors[part], label=f"{part}: {value:.2f} GB", zorder=2, width=0.5)
+        bottom += value
+    return bottom

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from course_utils.models import Part, format_bytes
+from course_utils.footprint import Part
 from course_utils.plots import COLORS, new_figure
+from course_utils.units import format_bytes
 
-#: How the parts of :func:`course_utils.models.footprint_parts` are grouped in the chart.
+#: How the parts of :func:`course_utils.footprint.footprint_parts` are grouped in the chart.
 GROUPS: dict[str, tuple[str, ...]] = {
     "embedding table (stays 16-bit)": ("embedding table", "lm_head"),
     "linear layers (quantized)": ("attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"),
@@ -18,7 +19,7 @@ _GROUP_COLORS = ("#C44E52", COLORS["nf4"], "#8C8C8C")
 def group_bytes(parts: Sequence[Part]) -> dict[str, int]:
     """Bytes per chart group (embedding, linears, the rest) from a list of parts."""
     if not parts or not all(isinstance(p, Part) for p in parts):
-        raise TypeError("parts must be a non-empty list of course_utils.models.Part (from footprint_parts)")
+        raise TypeError("parts must be a non-empty list of course_utils.footprint.Part (from footprint_parts)")
     out = {g: 0 for g in GROUPS}
     for part in parts:
         group = next((g for g, names in GROUPS.items() if part.name in names), None)

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
+from course_utils import checks
 from course_utils.plots import COLORS, new_figure
 
 
@@ -17,10 +18,8 @@ def gradient_histogram(grads: torch.Tensor, scale: float = 65536.0, bins: int = 
     """
     if not isinstance(grads, torch.Tensor) or grads.numel() == 0:
         raise ValueError("grads must be a non-empty torch.Tensor")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    if isinstance(bins, bool) or not isinstance(bins, int) or not 5 <= bins <= 500:
-        raise ValueError(f"bins must be an int between 5 and 500, got {bins!r}")
+    scale = checks.positive(scale, "scale")
+    bins = checks.integer(bins, "bins", 5, 500)
     info = torch.finfo(torch.float16)
     flush = math.log10(info.smallest_normal * info.eps / 2)  # below this, float16 rounds to 0
     normal = math.log10(info.smallest_normal)
@@ -49,8 +48,7 @@ def loss_curves(curves: Mapping[str, list[float]], smooth: int = 10) -> Any:
     """Training loss per step for each labelled run, smoothed by a running mean over ``smooth`` steps."""
     if not curves:
         raise ValueError("curves must map at least one label to a list of losses")
-    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
-        raise ValueError(f"smooth must be a positive int, got {smooth!r}")
+    smooth = checks.integer(smooth, "smooth", 1)
     fig, ax = new_figure(f"Training loss: float32 and mixed precision (running mean of {smooth} steps)",
                          "step", "cross-entropy loss")
     palette = [COLORS["float32"], COLORS["bfloat16"], COLORS["float16"], COLORS["measured"]]

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from course_utils import quant
+from course_utils import checks, quant
 from course_utils.plots import COLORS, new_figure, plt
 
 #: Histograms draw at most this many values (an even stride through the tensor), to stay fast.
@@ -94,8 +94,7 @@ def plot_value_histograms(x: torch.Tensor, x_hat: torch.Tensor, label: str,
         raise ValueError("x and x_hat must be tensors of the same shape")
     if not isinstance(label, str) or not label:
         raise ValueError("label must be a non-empty string naming the format, e.g. 'int4, one scale'")
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 100:
-        raise ValueError(f"max_points must be an int of 100 or more, got {max_points!r}")
+    max_points = checks.integer(max_points, "max_points", 100)
     orig, back = _subsample(x, max_points), _subsample(x_hat, max_points)
     err = back - orig
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))

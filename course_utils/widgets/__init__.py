@@ -15,7 +15,7 @@ def interact_panel(callback: Callable[..., Any], **controls: Any) -> Any:
     Uses ``ipywidgets.interactive_output``: the callback's printed text and figures appear in the output
     area and are redrawn whenever a control changes. The initial call happens here, once.
     """
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
     out = w.interactive_output(callback, controls)
     return w.VBox([w.HBox(list(controls.values())), out])

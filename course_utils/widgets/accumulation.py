@@ -14,8 +14,8 @@ def show_micro_batch(micro_batch_size: int, rows: Sequence[MicroBatchRow], budge
     ``rows`` come from :func:`course_utils.accumulation.sweep_micro_batches` (measured once, so moving the
     slider is instant). Returns the figure (also shown).
     """
-    from ..plots import plt  # noqa: PLC0415
-    from ..plots.accumulation import plot_micro_batch_sweep  # noqa: PLC0415
+    from ..plots import plt
+    from ..plots.accumulation import plot_micro_batch_sweep
 
     print(micro_batch_summary(rows, micro_batch_size, budget_bytes))
     fig = plot_micro_batch_sweep(rows, highlight=micro_batch_size, budget_bytes=budget_bytes)
@@ -25,7 +25,7 @@ def show_micro_batch(micro_batch_size: int, rows: Sequence[MicroBatchRow], budge
 
 def micro_batch_widget(rows: Sequence[MicroBatchRow], budget_bytes: int | None = None, value: int = 16) -> Any:
     """A slider over the measured micro-batch sizes wired to :func:`show_micro_batch`."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
     sizes = [r.micro_batch_size for r in rows]
     if value not in sizes:

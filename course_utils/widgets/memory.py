@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils import checks
 from course_utils import memory as mem
+from course_utils.units import GB
 
 #: Custom size: the parameter count comes from the 'billions' control.
 CUSTOM = "custom size (billions of parameters)"
@@ -39,19 +41,11 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
     ``model`` is one of :data:`MODEL_CHOICES`; ``billions`` is used only for :data:`CUSTOM`. Configs give exact
     counts (LoRA on q_proj and v_proj); round sizes and custom sizes assume the lesson's 0.34 % adapter share.
     """
-    if model not in MODEL_CHOICES:
-        raise ValueError(f"model must be one of {', '.join(MODEL_CHOICES)}; got {model!r}")
-    if method not in mem.METHODS:
-        raise ValueError(f"method must be one of {', '.join(mem.METHODS)}; got {method!r}")
-    if isinstance(lora_rank, bool) or not isinstance(lora_rank, int):
-        raise TypeError(f"lora_rank must be an integer, got {type(lora_rank).__name__}")
-    if not 1 <= lora_rank <= MAX_RANK:
-        raise ValueError(f"lora_rank must be between 1 and {MAX_RANK}, got {lora_rank}")
-    for name, value, high in (("billions", billions, MAX_BILLIONS), ("budget_gb", budget_gb, MAX_BUDGET_GB)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-        if not 0 < value <= high:  # also rejects NaN
-            raise ValueError(f"{name} must be > 0 and at most {high:g}, got {value!r}")
+    checks.choice(model, "model", MODEL_CHOICES)
+    checks.choice(method, "method", mem.METHODS)
+    checks.integer(lora_rank, "lora_rank", 1, MAX_RANK)
+    checks.positive(billions, "billions", MAX_BILLIONS)
+    checks.positive(budget_gb, "budget_gb", MAX_BUDGET_GB)
 
     if model in PRESET_CONFIGS:
         size = mem.model_from_config(PRESET_CONFIGS[model], lora_rank, name=model.replace(" (config)", ""))
@@ -84,9 +78,9 @@ def _gb(value: float) -> str:
 
 def planner_view(model: str, billions: float, method: str, lora_rank: int, budget_gb: float) -> Any:
     """The widget's callback: print the plan's text and draw its stacked bar. Returns the figure."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
-    from course_utils.plots.memory import plot_breakdown  # noqa: PLC0415
+    from course_utils.plots.memory import plot_breakdown
 
     result = plan(model, billions, method, lora_rank, budget_gb)
     print(result.text)
@@ -98,7 +92,7 @@ def planner_view(model: str, billions: float, method: str, lora_rank: int, budge
 def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_rank: int = 8,
                    budget_gb: float = 16.0, billions: float = 7.0) -> Any:
     """The budget-planner widget: pick a model, a method, a LoRA rank and a budget; see the estimate."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
     plan(model, billions, method, lora_rank, budget_gb)  # bad defaults fail here, with a clear message
     style = {"description_width": "initial"}
@@ -119,4 +113,80 @@ def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_ra
     out = w.interactive_output(planner_view, controls)
     rows = [w.HBox([controls["model"], controls["billions"]]),
             w.HBox([controls["method"], controls["lora_rank"], controls["budget_gb"]])]
+    return w.VBox([*rows, out])
+
+
+# --------------------------------------------------------------------------------------------
+# The whole-step planner: the step estimate (activations included) against GPU budgets
+# --------------------------------------------------------------------------------------------
+#: The GPUs the step planner budgets against by default (names from the datasheet table).
+STEP_GPUS = ("T4", "L4", "A100-40GB", "H100")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The step planner's answer: the estimate, the budgets, and the text under the bar."""
+
+    estimate: Any
+    budgets: tuple[mem.Budget, ...]
+    text: str
+
+
+def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8, seq: int = 512,
+              checkpointing: bool = False, optimizer: str = "adamw", gpus: tuple[str, ...] = STEP_GPUS) -> StepPlan:
+    """Estimate one training step on a GPU (allocator counter) and say which of ``gpus`` it fits.
+
+    ``config`` is a shipped preset, a ``config.json`` path or a dict; every other argument is checked by
+    :func:`course_utils.step_memory.estimate_step`. The text lists the five parts and one line per GPU.
+    """
+    from course_utils.datasheets import lookup
+    from course_utils.step_memory import estimate_step
+
+    checks.flag(checkpointing, "checkpointing")
+    est = estimate_step(config, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
+                        optimizer=optimizer, device="cuda")
+    budgets = tuple(mem.Budget(f"{g} {lookup(g).memory_gb:g} GB", lookup(g).memory_gb) for g in gpus)
+    parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in est.categories().items())
+    lines = [f"{est.describe()}: predicted peak {est.peak_gb:.2f} GB on a GPU ({parts} GB).",
+             f"Peak moment: {est.peak_moment}."]
+    lines += [f"  {b.label}: {'fits' if est.peak_gb <= b.gb else 'does NOT fit'}"
+              f" ({100 * est.peak_gb / b.gb:.0f} % of it)" for b in budgets]
+    return StepPlan(est, budgets, "\n".join(lines))
+
+
+def step_planner_view(config: str, method: str, batch: int, seq: int, checkpointing: bool, optimizer: str) -> Any:
+    """The step planner's callback: print the plan and draw the stacked bar against each GPU. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from course_utils.plots.memory import plot_step_against_budgets
+
+    result = step_plan(config, method, batch, seq, checkpointing, optimizer)
+    print(result.text)
+    fig = plot_step_against_budgets(result.estimate, result.budgets)
+    plt.show()
+    return fig
+
+
+def step_planner(config: str = "qwen2.5-1.5b-instruct", method: str = "lora", batch: int = 8, seq: int = 1024,
+                 checkpointing: bool = False, optimizer: str = "adamw") -> Any:
+    """The whole-step planner widget: model, method, batch, sequence length, checkpointing, optimizer."""
+    import ipywidgets as w
+
+    from course_utils.configs import config_presets
+
+    step_plan(config, method, batch, seq, checkpointing, optimizer)  # bad defaults fail here, clearly
+    style = {"description_width": "initial"}
+    controls = {
+        "config": w.Dropdown(options=list(config_presets()), value=config, description="model", style=style),
+        "method": w.Dropdown(options=[(m.label, k) for k, m in mem.METHODS.items()], value=method,
+                             description="method", style=style),
+        "batch": w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64], value=batch, description="batch", style=style),
+        "seq": w.Dropdown(options=[128, 256, 512, 1024, 2048, 4096], value=seq, description="tokens", style=style),
+        "checkpointing": w.Checkbox(value=checkpointing, description="gradient checkpointing"),
+        "optimizer": w.Dropdown(options=[("AdamW", "adamw"), ("8-bit AdamW", "adamw8bit")], value=optimizer,
+                                description="optimizer", style=style),
+    }
+    out = w.interactive_output(step_planner_view, controls)
+    rows = [w.HBox([controls["config"], controls["method"]]),
+            w.HBox([controls["batch"], controls["seq"], controls["optimizer"], controls["checkpointing"]])]
     return w.VBox([*rows, out])

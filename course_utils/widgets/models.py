@@ -3,19 +3,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils.models import four_bit_ratio_report
+from course_utils.footprint import four_bit_ratio_report
 
 
 def show_ratio(hidden_size: int, num_layers: int, vocab_size: int, tied: bool) -> None:
-    """Callback: print :func:`course_utils.models.four_bit_ratio_report` for the slider values."""
+    """Callback: print :func:`course_utils.footprint.four_bit_ratio_report` for the slider values."""
     print(four_bit_ratio_report(hidden_size, num_layers, vocab_size, tied))
 
 
 def four_bit_ratio_panel() -> Any:
     """Sliders for width, depth and vocabulary of a Llama-shaped model (MLP 8/3 x wider, 1/3 of heads for k and v)."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
-    from course_utils.widgets import interact_panel  # noqa: PLC0415
+    from course_utils.widgets import interact_panel
 
     style = {"description_width": "initial"}
     return interact_panel(

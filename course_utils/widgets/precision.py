@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from course_utils import hardware, precision
+from course_utils import checks, hardware, precision
 from course_utils.widgets import interact_panel
 
 #: Formats offered by the dropdowns, in the lesson's order.
@@ -24,10 +24,9 @@ def tiny_update_view(dtype: str, update: float, w: float = 1.0) -> None:
 
 def tiny_update_widget(update: float = 1e-4) -> Any:
     """A dtype dropdown and a log slider for ``lr * grad`` (1e-9 .. 1e-1): does the update survive?"""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
-    if not isinstance(update, (int, float)) or isinstance(update, bool) or not 1e-9 <= update <= 1e-1:
-        raise ValueError(f"update must be between 1e-9 and 1e-1, got {update!r}")
+    update = checks.number(update, "update", 1e-9, 1e-1)
     dtype = w.Dropdown(options=DTYPE_OPTIONS, value="bfloat16", description="weight in")
     slider = w.FloatLogSlider(value=update, base=10, min=-9, max=-1, step=0.05, description="lr × grad",
                               readout_format=".2e", continuous_update=True)
@@ -55,7 +54,7 @@ def matmul_widget(size: int | None = None, device: torch.device | str | None = N
     The slider updates on release only (each move starts real timings). On a CPU, float16 prints why it is
     not timed instead of running for minutes.
     """
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
     dev = hardware.as_device(device)
     sizes = matmul_sizes(dev)

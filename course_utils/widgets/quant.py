@@ -50,7 +50,7 @@ def error_view(bits: int = 4, block_size: int | None = None, symmetric: bool = T
     if x.numel() > MAX_DEMO_VALUES:
         raise ValueError(f"x must have at most {MAX_DEMO_VALUES:,} values for a live demo, got {x.numel():,}; "
                          "pass a slice")
-    if isinstance(block_size, int) and not isinstance(block_size, bool) and block_size == 0:
+    if type(block_size) is int and block_size == 0:
         block_size = None  # the dropdown's 'one scale'
     q = quant.quantize(x, bits, block_size, symmetric)
     x_hat = quant.dequantize(q)
@@ -65,7 +65,7 @@ def error_view(bits: int = 4, block_size: int | None = None, symmetric: bool = T
 
 
 def _show(text: str, fig: Any) -> None:
-    from IPython.display import display  # noqa: PLC0415
+    from IPython.display import display
 
     print(text)
     display(fig)
@@ -74,9 +74,9 @@ def _show(text: str, fig: Any) -> None:
 
 def eight_numbers_widget() -> Any:
     """A slider for bits (2-8) that redraws the eight-number table and the dot chart."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
-    from course_utils.widgets import interact_panel  # noqa: PLC0415
+    from course_utils.widgets import interact_panel
 
     slider = w.IntSlider(value=4, min=2, max=8, description="bits")
     return interact_panel(lambda bits: _show(*eight_numbers_view(bits)), bits=slider)
@@ -84,9 +84,9 @@ def eight_numbers_widget() -> Any:
 
 def error_widget(x: torch.Tensor | None = None) -> Any:
     """Bits, block size and symmetric/zero-point controls; shows error, size (with overhead) and histograms."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
-    from course_utils.widgets import interact_panel  # noqa: PLC0415
+    from course_utils.widgets import interact_panel
 
     controls = {
         "bits": w.IntSlider(value=4, min=2, max=8, description="bits"),

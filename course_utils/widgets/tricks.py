@@ -17,7 +17,7 @@ def bottleneck_view(model: str = "smollm2-135m", method: str = "full", batch: in
 
     Bounded: ``batch`` 1-256 and ``seq`` up to 8192, so a click cannot ask for an absurd estimate.
     """
-    from course_utils.tricks import what_is_my_bottleneck  # noqa: PLC0415
+    from course_utils.bottleneck import what_is_my_bottleneck
 
     if model not in PRESETS:
         raise ValueError(f"model must be one of {', '.join(PRESETS)}; got {model!r}")
@@ -30,9 +30,9 @@ def bottleneck_view(model: str = "smollm2-135m", method: str = "full", batch: in
     text = diag.text()
     print(text)
     if show_chart:
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt
 
-        from course_utils.plots.tricks import breakdown_chart  # noqa: PLC0415
+        from course_utils.plots.tricks import breakdown_chart
 
         breakdown_chart(diag.estimate, budget_gb)
         plt.show()
@@ -41,7 +41,7 @@ def bottleneck_view(model: str = "smollm2-135m", method: str = "full", batch: in
 
 def bottleneck_planner() -> Any:
     """The widget: dropdowns and sliders wired to :func:`bottleneck_view` (GPU allocator view, no baseline)."""
-    import ipywidgets as w  # noqa: PLC0415
+    import ipywidgets as w
 
     controls = {
         "model": w.Dropdown(options=PRESETS, value="smollm2-135m", description="model"),

@@ -43,10 +43,11 @@ import time
 
 import torch
 
-from course_utils import models as M
+from course_utils import footprint, lora, models, standin
+from course_utils.units import format_bytes
 
 cpu_start = time.process_time()
-choice = M.choose_model()  # the real Qwen2.5-1.5B-Instruct, or the stand-in (built once, on first use)
+choice = standin.choose_model()  # the real Qwen2.5-1.5B-Instruct, or the stand-in (built once, on first use)
 print(choice.label)
 print("why:", choice.reason)
 
@@ -59,9 +60,9 @@ print("why:", choice.reason)
 # no data, so even a 4-billion-parameter model costs no memory.
 
 # %%
-arch = M.meta_model(M.STANDIN_CONFIG)  # shapes only: no weights, no memory
-print(f"SmolLM2-135M architecture: {M.count_parameters(arch):,} parameters")
-print("lm_head shares the embedding table (tied):", M.is_tied(arch))
+arch = models.meta_model(standin.STANDIN_CONFIG)  # shapes only: no weights, no memory
+print(f"SmolLM2-135M architecture: {footprint.count_model_parameters(arch):,} parameters")
+print("lm_head shares the embedding table (tied):", footprint.is_tied(arch))
 print(arch.model.layers[0])  # one of the 30 decoder layers
 
 # %% [markdown]
@@ -72,7 +73,7 @@ print(arch.model.layers[0])  # one of the 30 decoder layers
 # 16-bit size will this whole model take in 4 bits: 25 %, a bit more, or a lot more? Write your guess down.
 
 # %%
-print(M.breakdown_table(arch, low_bits=4))
+print(footprint.breakdown_table(arch, low_bits=4))
 
 # %% [markdown]
 # 41 %, not 25 %. The embedding table is 21 % of this small model's parameters, and it stays 16-bit: it alone
@@ -100,7 +101,7 @@ four_bit_ratio_panel()
 for width, layers, vocab, tied, mlp in ((576, 30, 49_152, True, 8 / 3),        # SmolLM2-135M
                                         (4096, 32, 128_256, False, 3.5),      # Llama-3-8B-like
                                         (8192, 80, 128_256, False, 3.5)):     # Llama-3-70B-like
-    print(M.four_bit_ratio_report(width, layers, vocab, tied, mlp_ratio=mlp), end="\n\n")
+    print(footprint.four_bit_ratio_report(width, layers, vocab, tied, mlp_ratio=mlp), end="\n\n")
 
 # %% [markdown]
 # ## Benefits and trade-offs
@@ -126,11 +127,11 @@ for width, layers, vocab, tied, mlp in ((576, 30, 49_152, True, 8 / 3),        #
 
 # %%
 started = time.perf_counter()
-model_16 = M.load_model(choice, bits=16)
+model_16 = models.load_model(choice, bits=16)
 load_16_s = time.perf_counter() - started
-tokenizer = M.load_tokenizer(choice)
+tokenizer = models.load_tokenizer(choice)
 fp16 = model_16.get_memory_footprint()
-print(f"{choice.label} 16-bit: {M.format_bytes(fp16)}, weights in {model_16.dtype}")
+print(f"{choice.label} 16-bit: {format_bytes(fp16)}, weights in {model_16.dtype}")
 
 # %% [markdown]
 # `bits=4` passes the lesson's `BitsAndBytesConfig` (NF4, unpacked to that same 16-bit dtype for the maths) and
@@ -139,19 +140,19 @@ print(f"{choice.label} 16-bit: {M.format_bytes(fp16)}, weights in {model_16.dtyp
 # computed from the parts instead of measured.
 
 # %%
-no_4bit = M.bitsandbytes_missing()  # None when bitsandbytes works here, else the reason 4-bit steps are skipped
+no_4bit = models.bitsandbytes_missing()  # None when bitsandbytes works here, else the reason 4-bit steps are skipped
 if no_4bit:
-    model_4, fp4 = None, M.footprint_bytes(model_16, 4)
+    model_4, fp4 = None, footprint.footprint_bytes(model_16, 4)
     print(f"4-bit load skipped: {no_4bit}.")
-    print(f"{choice.label}  4-bit: {M.format_bytes(fp4)}  COMPUTED from the parts ({100 * fp4 / fp16:.0f} % of 16-bit)")
+    print(f"{choice.label}  4-bit: {format_bytes(fp4)}  COMPUTED from the parts ({100 * fp4 / fp16:.0f} % of 16-bit)")
 else:
-    config_4 = M.quantization_config(4)  # the lesson's BitsAndBytesConfig
+    config_4 = models.quantization_config(4)  # the lesson's BitsAndBytesConfig
     print(f"4-bit format: {config_4.bnb_4bit_quant_type}, unpacked to {config_4.bnb_4bit_compute_dtype} for the maths")
     started = time.perf_counter()
-    model_4 = M.load_model(choice, bits=4)
+    model_4 = models.load_model(choice, bits=4)
     load_4_s = time.perf_counter() - started
     fp4 = model_4.get_memory_footprint()
-    print(f"{choice.label}  4-bit: {M.format_bytes(fp4)}  ({100 * fp4 / fp16:.0f} % of 16-bit)")
+    print(f"{choice.label}  4-bit: {format_bytes(fp4)}  ({100 * fp4 / fp16:.0f} % of 16-bit)")
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: load times depend on the machine and its load.
@@ -170,9 +171,10 @@ else:
     print(choice.label)
     print(q_proj, "| stored as", q_proj.weight.dtype, tuple(q_proj.weight.shape))
     print("embedding table stays", model_4.get_input_embeddings().weight.dtype)
-    print("measured = predicted from the parts:", fp16 == M.footprint_bytes(model_16, 16), fp4 == M.footprint_bytes(model_16, 4))
-    scales = M.measured_scale_bytes(model_4)
-    print(f"NF4 scales stored beside the weights (not in get_memory_footprint): {M.format_bytes(scales)}; "
+    print("measured = predicted from the parts:",
+          fp16 == footprint.footprint_bytes(model_16, 16), fp4 == footprint.footprint_bytes(model_16, 4))
+    scales = footprint.measured_scale_bytes(model_4)
+    print(f"NF4 scales stored beside the weights (not in get_memory_footprint): {format_bytes(scales)}; "
           f"with them, 4-bit is {100 * (fp4 + scales) / fp16:.0f} % of 16-bit")
 
 # %% [markdown]
@@ -182,10 +184,10 @@ else:
 # These are **computed**, not loaded; on a GPU the cell above measures the same numbers.
 
 # %%
-qwen = M.meta_model(M.QWEN25_CONFIG)
-print(M.computed_sizes(M.QWEN25_CONFIG, "Qwen/Qwen2.5-1.5B-Instruct").summary())
+qwen = models.meta_model(models.QWEN25_CONFIG)
+print(footprint.computed_sizes(models.QWEN25_CONFIG, "Qwen/Qwen2.5-1.5B-Instruct").summary())
 print()
-print(M.breakdown_table(qwen, low_bits=4))
+print(footprint.breakdown_table(qwen, low_bits=4))
 
 # %% [markdown]
 # 36 %: "about a third", as promised. Its embedding table (151,936 tokens × 1,536) is 15 % of the model
@@ -196,12 +198,15 @@ from course_utils.plots import models as P
 
 loaded = "real, loaded" if not choice.is_standin else "stand-in, loaded"
 name = "Qwen2.5-1.5B" if not choice.is_standin else "SmolLM2-135M"
-parts_4, how_4 = (M.footprint_parts(model_4, 4), loaded) if model_4 is not None else (M.footprint_parts(model_16, 4), "computed")
+if model_4 is not None:
+    parts_4, how_4 = footprint.footprint_parts(model_4, 4), loaded
+else:
+    parts_4, how_4 = footprint.footprint_parts(model_16, 4), "computed"
 fig = P.footprint_chart([
-    (f"{name} 16-bit ({loaded})", M.footprint_parts(model_16, 16), fp16),
+    (f"{name} 16-bit ({loaded})", footprint.footprint_parts(model_16, 16), fp16),
     (f"{name} 4-bit ({how_4})", parts_4, fp16),
-    ("Qwen2.5-1.5B 16-bit (computed)", M.footprint_parts(qwen, 16), M.footprint_bytes(qwen, 16)),
-    ("Qwen2.5-1.5B 4-bit (computed)", M.footprint_parts(qwen, 4), M.footprint_bytes(qwen, 16)),
+    ("Qwen2.5-1.5B 16-bit (computed)", footprint.footprint_parts(qwen, 16), footprint.footprint_bytes(qwen, 16)),
+    ("Qwen2.5-1.5B 4-bit (computed)", footprint.footprint_parts(qwen, 4), footprint.footprint_bytes(qwen, 16)),
 ])
 
 # %% [markdown]
@@ -230,13 +235,13 @@ fig = P.footprint_chart([
 if model_4 is None:
     print(f"4-bit repacking switch skipped (there are no 4-bit layers): {no_4bit}.")
 else:
-    print(choice.label, "4-bit layers kept trainable:", M.keep_4bit_trainable_on_cpu(model_4))
+    print(choice.label, "4-bit layers kept trainable:", models.keep_4bit_trainable_on_cpu(model_4))
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: the stand-in's noise depends on the CPU's rounding; the real model's answer on a GPU.
 asked, width = (model_4, "4-bit") if model_4 is not None else (model_16, "16-bit (no 4-bit model here)")
 started = time.perf_counter()
-answer = M.generate_text(asked, tokenizer, "The capital of France is", max_new_tokens=10)
+answer = models.generate_text(asked, tokenizer, "The capital of France is", max_new_tokens=10)
 what = "NOISE from random weights, not an answer:" if choice.is_standin else "answer:"
 print(f"{choice.label} {width} {what} {answer!r}  ({time.perf_counter() - started:.1f} s)")
 
@@ -259,12 +264,14 @@ print(f"q_proj: {d_in * d_out:,} frozen weights; adapter A ({r}x{d_in}) + B ({d_
 # Without bitsandbytes the same adapter goes on the 16-bit model instead: plain LoRA, and the cell says so.
 
 # %%
+from course_utils.architecture import PROJECTIONS  # q, k, v, o, gate, up, down
+
 if model_4 is None:
     print(f"QLoRA skipped: {no_4bit}. Plain LoRA on the 16-bit model instead: the same adapter, a 16-bit base.")
-qlora = M.add_lora(model_4 if model_4 is not None else model_16, r=16, alpha=16, targets=M.SEED_TARGETS)
+qlora = lora.add_lora(model_4 if model_4 is not None else model_16, r=16, alpha=16, targets=PROJECTIONS)
 print(choice.label)
 qlora.print_trainable_parameters()
-print(f"by hand, r x (d_in + d_out) summed over the targeted layers: {M.lora_params_by_hand(qlora, 16):,}")
+print(f"by hand, r x (d_in + d_out) summed over the targeted layers: {lora.lora_params_by_hand(qlora, 16):,}")
 
 # %% [markdown]
 # ### "Under 1 %"? That depends on the model
@@ -274,9 +281,9 @@ print(f"by hand, r x (d_in + d_out) summed over the targeted layers: {M.lora_par
 # `trainable%` divides by base + adapter; the brackets divide by the base alone):
 
 # %%
-for config, label in ((M.STANDIN_CONFIG, "SmolLM2-135M"), (M.QWEN25_CONFIG, "Qwen2.5-1.5B-Instruct"),
-                      (M.QWEN3_CONFIG, "Qwen3-4B-Instruct-2507")):
-    print(M.lora_count(config, r=16, alpha=16, targets=M.SEED_TARGETS, name=label).summary())
+for config, label in ((standin.STANDIN_CONFIG, "SmolLM2-135M"), (models.QWEN25_CONFIG, "Qwen2.5-1.5B-Instruct"),
+                      (models.QWEN3_CONFIG, "Qwen3-4B-Instruct-2507")):
+    print(lora.lora_count(config, r=16, alpha=16, targets=PROJECTIONS, name=label).summary())
 
 # %% [markdown]
 # Why do small models carry relatively bigger adapters? For a d × d matrix, the adapter holds r·(d + d) = 2rd
@@ -304,8 +311,8 @@ for label, width in (("SmolLM2-135M", 576), ("Qwen2.5-1.5B", 1536), ("Qwen3-4B",
 
 # %%
 device = next(qlora.parameters()).device
-batches = M.training_batches(tokenizer, M.training_texts(), batch_size=8, max_length=24, device=device)
-before = M.mean_loss(qlora, batches)  # over all 40 lines, no gradients
+batches = models.training_batches(tokenizer, models.training_texts(), batch_size=8, max_length=24, device=device)
+before = models.mean_loss(qlora, batches)  # over all 40 lines, no gradients
 print(f"{choice.label} {len(batches)} batches of up to 8 lines")
 
 # %%
@@ -326,7 +333,7 @@ train_s = time.perf_counter() - started
 print(f"{choice.label} 8 steps done, loss scaling {'on' if scaler.is_enabled() else 'off'}")
 
 # %%
-after = M.mean_loss(qlora, batches)
+after = models.mean_loss(qlora, batches)
 print("mean loss over the 40 lines fell by more than 10 %:", after < 0.9 * before)
 
 # %% tags=["nbval-ignore-output"]
@@ -334,7 +341,7 @@ print("mean loss over the 40 lines fell by more than 10 %:", after < 0.9 * befor
 print(f"{choice.label} mean loss before {before:.2f}, after {after:.2f}")
 print("loss per step:", " ".join(f"{x:.2f}" for x in losses))
 print(f"8 training steps took {train_s:.1f} s here ({train_s / 8:.2f} s per step)")
-print("after training:", repr(M.generate_text(qlora, tokenizer, "The capital of France is", max_new_tokens=10)))
+print("after training:", repr(models.generate_text(qlora, tokenizer, "The capital of France is", max_new_tokens=10)))
 
 # %% [markdown]
 # The stand-in starts a little above the loss of a uniform guess over its vocabulary (ln 49,152 ≈ 10.8; random
@@ -352,14 +359,16 @@ print("after training:", repr(M.generate_text(qlora, tokenizer, "The capital of 
 # is already installed; elsewhere it prints what to do in a fresh runtime, and what the peft cells above showed.
 
 # %%
-plan = M.unsloth_plan(choice)
+from course_utils.unsloth import unsloth_plan
+
+plan = unsloth_plan(choice)
 print(plan.message())
 if plan.run:
     from unsloth import FastLanguageModel
 
     model_u, tokenizer_u = FastLanguageModel.from_pretrained(
         model_name="unsloth/Qwen3-4B-Instruct-2507", max_seq_length=2048, load_in_4bit=True)  # frozen 4-bit base
-    model_u = FastLanguageModel.get_peft_model(model_u, r=16, lora_alpha=16, target_modules=list(M.SEED_TARGETS))
+    model_u = FastLanguageModel.get_peft_model(model_u, r=16, lora_alpha=16, target_modules=list(PROJECTIONS))
     model_u.print_trainable_parameters()  # the meta-device count above: 33,030,144 trainable
 
 # %% [markdown]
@@ -380,20 +389,21 @@ if plan.run:
 # %% [markdown]
 # ## Run it yourself
 #
-# The Unsloth example's model is Qwen3-4B-Instruct-2507 (`M.QWEN3_CONFIG`). Before running anything, predict:
+# The Unsloth example's model is Qwen3-4B-Instruct-2507 (`models.QWEN3_CONFIG`). Before running anything, predict:
 # will its 4-bit share be closer to 25 % than Qwen2.5-1.5B's 36 %? Then compute its 16-bit and 4-bit sizes and
 # its breakdown, and count a smaller adapter: rank 8 on `q_proj` and `v_proj` only.
 
 # %%
-# Your code here. Useful: M.computed_sizes, M.breakdown_table, M.meta_model, M.lora_count(..., r=8, targets=[...])
+# Your code here. Useful: footprint.computed_sizes, footprint.breakdown_table, models.meta_model,
+# lora.lora_count(..., r=8, targets=[...])
 
 # %% [markdown]
 # <details><summary>Show the answer</summary>
 #
 # ```python
-# print(M.computed_sizes(M.QWEN3_CONFIG, "Qwen3-4B-Instruct-2507").summary())
-# print(M.breakdown_table(M.meta_model(M.QWEN3_CONFIG), low_bits=4))
-# print(M.lora_count(M.QWEN3_CONFIG, r=8, alpha=16, targets=["q_proj", "v_proj"]).summary())
+# print(footprint.computed_sizes(models.QWEN3_CONFIG, "Qwen3-4B-Instruct-2507").summary())
+# print(footprint.breakdown_table(models.meta_model(models.QWEN3_CONFIG), low_bits=4))
+# print(lora.lora_count(models.QWEN3_CONFIG, r=8, alpha=16, targets=["q_proj", "v_proj"]).summary())
 # ```
 #
 # Qwen3-4B-Instruct-2507 has 4,022,468,096 parameters: 8.04 GB in 16 bits, 2.59 GB in 4 bits, **32 %**. Yes,
@@ -440,7 +450,7 @@ if plan.run:
 #
 # On CPUs with AVX-512-bf16, bitsandbytes repacks 4-bit weights for fast inference on their first no-grad
 # forward, and repacked weights cannot be trained. Either set `support_avx512bf16_for_cpu = False` on every
-# `Linear4bit` before generating (`M.keep_4bit_trainable_on_cpu`), or train first and generate afterwards.
+# `Linear4bit` before generating (`models.keep_4bit_trainable_on_cpu`), or train first and generate afterwards.
 # </details>
 
 # %% [markdown]

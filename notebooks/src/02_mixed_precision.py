@@ -33,7 +33,7 @@
 import torch
 import torch.nn.functional as F
 
-from course_utils import hardware, precision
+from course_utils import digits, hardware, precision
 from course_utils.plots import precision as precision_plots
 from course_utils.widgets import precision as precision_widgets
 
@@ -269,7 +269,9 @@ precision_widgets.matmul_widget(device=device)
 # ### The mixed-precision training loop
 #
 # A small real task: recognizing handwritten digits (8 × 8 pixel images from scikit-learn, shipped with the
-# package, so it works offline) with a three-layer network. One loop, with the tricks as flags, the way the
+# package, so it works offline) with a three-layer network. It is notebook 01's task, from the same
+# `course_utils.digits` module: the same images, split the same way into training and test images, and the
+# same MLP builder, here with two hidden layers of 128. One loop, with the tricks as flags, the way the
 # PyTorch AMP recipe writes it:
 #
 # - `torch.autocast(..., dtype=dtype)` runs the forward pass in mixed precision;
@@ -286,13 +288,13 @@ if device.type == "cpu":
     torch.set_num_threads(1)  # a network this small trains faster on one CPU thread than on several
 
 # %%
-task = precision.digits_task(seed=0)                    # 1,438 training and 359 test images
-model = precision.make_classifier(seed=0).to(device)    # float32 weights: the master copy
+task = digits.load_digits_data()                                # 1,347 training and 450 test images
+model = digits.make_mlp(hidden=128, depth=2, seed=0).to(device)  # float32 weights: the master copy
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))  # loss scaling: float16 only
 
 losses = []
-for step, (x, y) in enumerate(task.batches(steps=200, batch_size=64, seed=0), start=1):
+for x, y in task.batches(steps=200, batch_size=64, seed=0):
     x, y = x.to(device), y.to(device)
     with torch.autocast(device_type=device.type, dtype=dtype):  # forward pass in mixed precision
         loss = F.cross_entropy(model(x), y)                      # matmuls in 16 bits, the loss in float32
@@ -301,7 +303,7 @@ for step, (x, y) in enumerate(task.batches(steps=200, batch_size=64, seed=0), st
     scaler.update()
     optimizer.zero_grad()
     losses.append(loss.item())
-test_accuracy = precision.accuracy(model, task)
+test_accuracy = digits.evaluate(model, task).accuracy
 print(f"{len(losses)} steps done, loss scale at the end: {scaler.get_scale():,.0f}")
 
 # %% tags=["nbval-ignore-output"]
@@ -339,7 +341,7 @@ fig = precision_plots.loss_curves({"float32": [log.loss for log in full.history]
 # %% [markdown]
 # **Text description of the chart.** Training loss (y, cross-entropy, from 0 to about 2.3) against the step
 # (x, 10 to 200), each curve a running mean over 10 steps. The solid float32 curve and the dashed
-# mixed-precision curve fall together, steeply from about 2.2 at step 10 to about 0.35 at step 50, then slowly
+# mixed-precision curve fall together, steeply from about 2.15 at step 10 to about 0.33 at step 50, then slowly
 # to about 0.07 at step 200, and lie on top of each other all the way: mixed precision did not hurt learning.
 #
 # ### What a T4 sees: float16, a loss scale, and a skipped step
@@ -379,20 +381,20 @@ print(f"test accuracy: {fp16.test_accuracy:.1%}")
 # `fp16=True` would be accepted, but float16 maths on a CPU is very slow, so the course picks bfloat16 there.
 
 # %%
-hardware.import_bitsandbytes()  # transformers imports bitsandbytes: import it quietly first
-import transformers
-from transformers import TrainingArguments
+from course_utils.quiet import quiet_libraries
 
-transformers.utils.logging.set_verbosity_error()
-kwargs = precision.training_arguments_kwargs(device)
-args = TrainingArguments(output_dir="out", report_to="none", **kwargs)
-print("TrainingArguments(output_dir='out', " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
-print(f"-> bf16={args.bf16}, fp16={args.fp16}, training device: {args.device.type}")
-if device.type == "cpu":
-    try:
-        TrainingArguments(output_dir="out", report_to="none", bf16=True)
-    except ValueError as err:
-        print(f"bf16=True without use_cpu=True on a CPU: ValueError: {err}")
+with quiet_libraries():  # no library warnings or logs on stderr inside this block; restored after it
+    from transformers import TrainingArguments
+
+    kwargs = precision.training_arguments_kwargs(device)
+    args = TrainingArguments(output_dir="out", report_to="none", **kwargs)
+    print("TrainingArguments(output_dir='out', " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
+    print(f"-> bf16={args.bf16}, fp16={args.fp16}, training device: {args.device.type}")
+    if device.type == "cpu":
+        try:
+            TrainingArguments(output_dir="out", report_to="none", bf16=True)
+        except ValueError as err:
+            print(f"bf16=True without use_cpu=True on a CPU: ValueError: {err}")
 
 # %% [markdown]
 # Load the model in float32 as usual; the library adds autocast and, for float16, the scaler. The same single

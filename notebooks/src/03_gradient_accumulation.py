@@ -320,22 +320,24 @@ print("same weights after 4 updates:", acc.same_weights(model_acc, model_big))
 # %%
 import tempfile
 
-acc.quiet_transformers()  # no progress bars or warnings on stderr
-from transformers import TrainingArguments
+from course_utils.quiet import quiet_libraries
 
-def trainer_args(micro_batch_size, accumulation_steps):
-    return TrainingArguments(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=micro_batch_size,     # the micro-batch: what fits in memory
-        gradient_accumulation_steps=accumulation_steps,   # micro-batches per optimizer step
-        max_steps=4, learning_rate=0.01, lr_scheduler_type="constant", logging_steps=1,
-        save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
-    )
+with quiet_libraries():  # no progress bars, warnings or info logs on stderr inside this block; restored after
+    from transformers import TrainingArguments
 
-hf_data = acc.DictDataset(data)  # yields {"x": ..., "labels": ...}
-model_hf_acc, model_hf_big = acc.TinyRegressor(), acc.TinyRegressor()
-log_acc = acc.train_with_trainer(trainer_args(16, 4), model_hf_acc, hf_data)
-log_big = acc.train_with_trainer(trainer_args(64, 1), model_hf_big, hf_data)
+    def trainer_args(micro_batch_size, accumulation_steps):
+        return TrainingArguments(
+            output_dir=tempfile.mkdtemp(),
+            per_device_train_batch_size=micro_batch_size,     # the micro-batch: what fits in memory
+            gradient_accumulation_steps=accumulation_steps,   # micro-batches per optimizer step
+            max_steps=4, learning_rate=0.01, lr_scheduler_type="constant", logging_steps=1,
+            save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
+        )
+
+    hf_data = acc.DictDataset(data)  # yields {"x": ..., "labels": ...}
+    model_hf_acc, model_hf_big = acc.TinyRegressor(), acc.TinyRegressor()
+    log_acc = acc.train_with_trainer(trainer_args(16, 4), model_hf_acc, hf_data)
+    log_big = acc.train_with_trainer(trainer_args(64, 1), model_hf_big, hf_data)
 for (step, loss_a), (_, loss_b) in zip(log_acc, log_big):
     print(f"update {step}: loss {loss_a:.3f} (16 x 4)   {loss_b:.3f} (64 x 1)")
 print("same weights:", acc.same_weights(model_hf_acc, model_hf_big))
@@ -439,8 +441,9 @@ else:
 # Your GPU fits micro-batches of 8 and the recipe asks for a batch of 48 on one GPU.
 #
 # 1. How many accumulation steps do you need? Check with `acc.accumulation_steps_for`.
-# 2. Run the equality check for that split on the course MLP: build `acc.make_mlp()` and a batch with
-#    `acc.regression_batch(48)`, then compare `acc.full_batch_gradients` with `acc.accumulated_gradients`.
+# 2. Run the equality check for that split on the sweep's MLP: build it with `make_mlp(**acc.SWEEP_MLP)` (the
+#    course's MLP builder, from `course_utils.digits`) and a batch with `acc.regression_batch(48)`, then compare
+#    `acc.full_batch_gradients` with `acc.accumulated_gradients`.
 # 3. What happens with micro-batches of 10? Why is that the right answer rather than an annoyance?
 #
 # The cell below is a starting point; change the numbers and run it.
@@ -458,7 +461,9 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 # 2. The check:
 #
 # ```python
-# model = acc.make_mlp()
+# from course_utils.digits import make_mlp
+#
+# model = make_mlp(**acc.SWEEP_MLP)  # 256 inputs, three hidden layers of 512 with GELU, one output
 # x, y = acc.regression_batch(48)
 # full = acc.full_batch_gradients(model, x, y)
 # accumulated = acc.accumulated_gradients(model, x, y, micro_batch_size=8)

@@ -67,7 +67,9 @@ for name, params in [("SmolLM2-135M", mem.SMOLLM2_PARAMS), ("a 7B model", 7_000_
 # and count what the adapter trains.
 
 # %%
-total, adapter = mem.count_on_meta("smollm2-135m", lora_rank=8, targets=("q_proj", "v_proj"))
+from course_utils.architecture import count_on_meta, lora_adapter_params
+
+total, adapter = count_on_meta("smollm2-135m", lora_rank=8, targets=("q_proj", "v_proj"))
 print(f"SmolLM2-135M: {total:,} parameters")
 print(f"LoRA rank 8 on q_proj, v_proj trains {adapter:,} numbers = {100 * adapter / total:.2f}% of the model")
 
@@ -83,7 +85,7 @@ print(f"LoRA rank 8 on q_proj, v_proj trains {adapter:,} numbers = {100 * adapte
 
 # %%
 print(f"30 layers x 8 x ((576 + 576) + (576 + 192)) = {30 * 8 * ((576 + 576) + (576 + 192)):,}")
-print(f"from the config, by the same arithmetic:     {mem.lora_adapter_params('smollm2-135m', 8):,}")
+print(f"from the config, by the same arithmetic:     {lora_adapter_params('smollm2-135m', 8):,}")
 
 # %%
 lora = mem.estimate(mem.SMOLLM2_PARAMS, "lora", adapter=mem.SMOLLM2_ADAPTER, name="SmolLM2-135M")
@@ -185,7 +187,9 @@ print(f"embedding in 16 bits, the rest 4 bits: {(embedding * 2 + rest * 0.5) / 1
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: timings differ from machine to machine.
-for layer, ms in mem.time_frozen_layer().items():
+from course_utils.measure import time_frozen_layer
+
+for layer, ms in time_frozen_layer().items():
     print(f"{layer:<10} {ms:6.1f} ms per forward + backward")
 
 # %% [markdown]
@@ -196,7 +200,7 @@ for layer, ms in mem.time_frozen_layer().items():
 # call the same function.
 
 # %%
-from course_utils.__main__ import main
+from course_utils.cli import main
 
 _ = main(["memory"])
 
@@ -345,7 +349,7 @@ print(f"what was measured: {step.what}")
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: the parts of a measured peak differ from machine to machine.
-parts = mem.account_for_peak(step, lora)
+parts = mem.account_for_peak(step)
 for name, gb in parts:
     print(f"{name:<56} {gb:6.3f} GB")
 print(f"{'measured peak':<56} {step.peak_bytes / 1e9:6.3f} GB = {step.peak_bytes / lora.total_bytes:.1f} x the estimate")
@@ -385,6 +389,33 @@ plt.show()
 # **Fix.** Treat the estimate as a floor and keep 30 % of the memory free, as "fits" does. Then measure a short
 # run before a long one; [notebook 05](05_memory_tricks.ipynb) adds activations to the estimate and measures
 # the tricks that shrink them.
+#
+# ## Try it: the whole step against real GPUs
+#
+# Notebook 05 builds an estimate of the *whole* step: the table's weights, gradients and optimizer states plus
+# the activations, the short-lived buffers of backward and the framework. The planner below uses it. Pick a
+# model, a method, the batch, the tokens per example, checkpointing and the optimizer; the bar shows the
+# predicted peak split five ways, against the memory of four GPUs (T4, L4, A100 40 GB, H100). **Predict
+# first:** Qwen2.5-1.5B with LoRA, batch 8 × 1,024 tokens. Which of the four GPUs can hold it?
+#
+# The same estimate is on the command line, for any model on the Hugging Face Hub:
+# `python -m course_utils memory --model Qwen/Qwen2.5-7B --batch 8 --seq 1024 --gpu T4,L4,A100-40GB,H100`.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: an interactive widget (nbval has no widget frontend; the text below is compared).
+from course_utils.widgets.memory import step_plan, step_planner
+
+step_planner(config="qwen2.5-1.5b-instruct", method="lora", batch=8, seq=1024)
+
+# %%
+print(step_plan("qwen2.5-1.5b-instruct", "lora", batch=8, seq=1024).text)
+
+# %% [markdown]
+# **Text description of the chart.** One bar, the predicted peak of the step on a GPU, stacked from the bottom:
+# weights, gradients, optimizer states, activations and overhead (the buffers of backward). Four horizontal
+# lines mark the memory of a T4 (16 GB), an L4 (24 GB), an A100 (40 GB) and an H100 (80 GB); the legend says
+# which ones the step fits. For Qwen2.5-1.5B with LoRA at batch 8 × 1,024 tokens the bar reaches 53 GB: only
+# the H100 holds it, and activations are most of it. Tick *gradient checkpointing* and watch that part shrink.
 #
 # ## Guided practice: three budgets
 #

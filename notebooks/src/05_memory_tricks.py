@@ -76,8 +76,9 @@ for key, trick in tricks.TRICKS.items():
 
 # %%
 from course_utils import step_memory as sm
+from course_utils.architecture import Architecture
 
-arch = sm.Architecture.from_config("smollm2-135m")
+arch = Architecture.from_config("smollm2-135m")
 print(f"{arch.params:,} parameters; {arch.layers} layers, hidden {arch.hidden}, MLP {arch.intermediate}, "
       f"{arch.heads} heads ({arch.kv_heads} key/value heads of {arch.head_dim}), vocabulary {arch.vocab:,}")
 
@@ -169,25 +170,27 @@ for method, batch in CASES:
 # %% [markdown]
 # Measuring all six takes several minutes of CPU (full fine-tuning at batch 8 runs about 2 GB of tensors
 # through 30 layers), so the notebook does not do it; you can, with
-# `python -m course_utils.step_memory --sweep` (same method as above: a fresh process per case, a warm-up step,
-# then one measured step; sequence length 128). **Reference measurement**, taken once on a 2-core Intel Xeon
-# cloud CPU with PyTorch 2.13 and transformers 5.24 (not this machine):
+# `python scripts/memory_sweep.py --methods lora,full --batches 1,4,8 --seqs 128 --checkpointing off` from the
+# repository (same method as above: a fresh process per case, a warm-up step, then one measured step).
+# **Reference measurement**, taken once on a 2-core Intel Xeon cloud CPU with PyTorch 2.13 and transformers 5.24
+# (not this machine), next to today's estimate:
 #
 # | method | batch | estimate GB | measured GB | error | what changes during the step: estimate / measured | runtime memory |
 # | --- | ---: | ---: | ---: | ---: | ---: | ---: |
-# | LoRA | 1 | 1.180 | 1.221 | −3.3 % | 0.197 / 0.200 GB | 0.033 GB |
-# | LoRA | 4 | 1.771 | 1.838 | −3.7 % | 0.787 / 0.788 GB | 0.062 GB |
-# | LoRA | 8 | 2.558 | 2.625 | −2.5 % | 1.575 / 1.574 GB | 0.062 GB |
-# | full | 1 | 2.819 | 2.856 | −1.3 % | 0.765 / 0.767 GB | 0.030 GB |
-# | full | 4 | 3.045 | 3.108 | −2.0 % | 0.991 / 0.993 GB | 0.057 GB |
-# | full | 8 | 4.035 | 4.099 | −1.6 % | 1.981 / 1.982 GB | 0.058 GB |
+# | LoRA | 1 | 1.225 | 1.221 | +0.3 % | 0.197 / 0.200 GB | 0.033 GB |
+# | LoRA | 4 | 1.816 | 1.838 | −1.2 % | 0.787 / 0.788 GB | 0.062 GB |
+# | LoRA | 8 | 2.603 | 2.625 | −0.8 % | 1.575 / 1.574 GB | 0.062 GB |
+# | full | 1 | 2.864 | 2.856 | +0.3 % | 0.765 / 0.767 GB | 0.030 GB |
+# | full | 4 | 3.090 | 3.108 | −0.6 % | 0.991 / 0.993 GB | 0.057 GB |
+# | full | 8 | 4.080 | 4.099 | −0.5 % | 1.981 / 1.982 GB | 0.058 GB |
 #
-# Every case is within 4 % (the target was 15 %), and always a little low. The column "what changes during
-# the step" compares the predicted peak minus what is held all along (baseline, weights, optimizer states)
-# with the measured peak minus the memory in use when the measured step began: they agree within 0.4 %. The
-# whole error is the last column: memory the process holds *after* its first step besides tensors - machine
-# code of the kernels that step loaded, thread pools, allocator caches - 30-60 MB in the reference run, which
-# the estimate does not model. The lesson's LoRA run measured 1.88 GB with its own data and sequence lengths;
+# Every case is within 1.5 %. The column "what changes during the step" compares the predicted peak minus what
+# is held all along (baseline, runtime, weights, optimizer states) with the measured peak minus the memory in
+# use when the measured step began: they agree within 0.4 %. What is left is the last column: memory the
+# process holds *after* its first step besides tensors - machine code of the kernels that step loaded, thread
+# pools, allocator caches - 30-60 MB here. The estimate counts it as one constant, 45 MB on a CPU (the line
+# "framework runtime" above), so it is a little high when the runtime is small and a little low when it is
+# large. The lesson's LoRA run measured 1.88 GB with its own data and sequence lengths;
 # at batch 8 × 128 random tokens the reference run measured 2.63 GB, and the estimate says why: 1.17 GB of
 # saved activations and 0.40 GB of loss buffers.
 
@@ -244,45 +247,44 @@ bottleneck_planner()
 # estimates are for this machine's device, like the measurements after them.)
 
 # %%
-from course_utils.measure import load_config
+from course_utils.architecture import Architecture
+from course_utils.configs import read_config
 
-MINI, _ = load_config("smollm2-135m")
+MINI = read_config("smollm2-135m")
 MINI.update(num_hidden_layers=4, vocab_size=8192)
 BASE = {"method": "full", "batch": 4, "seq": 256}
-print(f"{sm.Architecture.from_config(MINI).params:,} parameters")
+print(f"{Architecture.from_config(MINI).params:,} parameters")
 for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
     kwargs = tricks.trick_kwargs(key, BASE)
     print(f"{tricks.TRICKS[key].label:<42} estimate {tricks.estimate_for(kwargs, MINI, DEVICE) / 1e9:.2f} GB")
 
 # %% [markdown]
 # (The estimate does not model `torch.compile`: compiled code keeps the same tensors for backward, in a
-# different arrangement.) On a CPU each measurement below runs in its own child process, bounded in time. The
+# different arrangement.) On a CPU the five measurements below share one child process, bounded in time: it
+# imports the libraries once, then (on Linux) forks a fresh process for each step, so every peak is that step's alone. The
 # 16-bit trick autocasts to bfloat16 on a CPU or a recent GPU, and to float16 with loss scaling on a T4, which
 # has no native bfloat16 (`course_utils.hardware` decides).
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results = tricks.measure_tricks(MINI, BASE, ["baseline", "checkpointing"], timeout_s=280, device=DEVICE)
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["bf16", "adamw8bit"], timeout_s=280, device=DEVICE)
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: measured peaks and timings, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["accumulation"], timeout_s=280, device=DEVICE)
+results = tricks.measure_tricks(MINI, BASE, ["baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"],
+                                timeout_s=280, device=DEVICE)
+for row in results:
+    print(f"{row.label:<42} " + (row.skipped or f"measured {row.peak_gb:.2f} GB, {row.step_seconds:.2f} s per step"))
 
 # %% [markdown]
 # `torch.compile` first compiles the forward and backward graphs (on a CPU, into C++ that a compiler must
 # build), so its first step is slow: minutes on a 2-core laptop the first time, seconds once PyTorch has the
-# result in its on-disk cache. The cell gives it 60 seconds, on a GPU too (the compiled step runs in a child
-# process there as well): past that, the child process and its compilers are stopped and the row says
-# *skipped*, so a slow machine cannot stall a class. (To see it finish, raise `compile_timeout_s` and run the
-# cell twice.)
+# result in its on-disk cache. On a GPU the cell gives it 60 seconds (in a child process): past that, the
+# child and its compilers are stopped and the row says *skipped*, so a slow machine cannot stall a class. On a
+# CPU it is skipped unless you set `TRY_COMPILE_ON_CPU = True` (then it gets the same 60 seconds; raise
+# `compile_timeout_s` and run the cell twice to see it finish).
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: compile time and measured step, different on every machine and run.
-results += tricks.measure_tricks(MINI, BASE, ["compile"], compile_timeout_s=60, device=DEVICE)
+TRY_COMPILE_ON_CPU = False
+results += tricks.measure_tricks(MINI, BASE, ["compile"], compile_timeout_s=60, device=DEVICE,
+                                 compile_on_cpu=TRY_COMPILE_ON_CPU)
 print(results[-1].skipped or f"compiled and measured: first step {results[-1].first_step_seconds:.0f} s "
       f"(includes compiling), then {results[-1].step_seconds:.2f} s per step")
 
@@ -290,7 +292,7 @@ print(results[-1].skipped or f"compiled and measured: first step {results[-1].fi
 # nbval-ignore-output: the table of measured peaks and timings.
 for row in tricks.results_table(results):
     print(f"{row['trick']:<40} estimate {row['estimate GB']} GB | measured {row['peak GB']} GB, {row['step s']} s"
-          f"\n    seed: {row['claim']}\n    here: {row['measured']}")
+          f"\n    claim: {row['claim']}\n    here:  {row['measured']}")
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: a chart of measured numbers.
@@ -359,7 +361,7 @@ for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
 # one line at a time:
 
 # %%
-for name, value, meaning in tricks.SEED_TRAINING_ARGUMENTS:
+for name, value, meaning in tricks.LESSON_TRAINING_ARGUMENTS:
     print(f"{name:<28} = {value!r:<14} {meaning}")
 
 # %% [markdown]
@@ -414,12 +416,12 @@ print(f"peak {run['peak'].gb:.2f} GB - {run['peak'].what}")
 # arguments is right for an Ampere GPU; on another machine, time each one before keeping it.
 #
 # **Inspecting peak memory.** On a GPU the recipe is: reset PyTorch's peak counter, run some steps, read
-# `torch.cuda.max_memory_allocated()`. `course_utils.measure.track_peak` does exactly that on a GPU, and on a
+# `torch.cuda.max_memory_allocated()`. `course_utils.peak.track_peak` does exactly that on a GPU, and on a
 # CPU reads the process's peak resident memory instead (resetting it first where Linux allows). It always says
 # which counter it read:
 
 # %%
-from course_utils.measure import measure_peak
+from course_utils.peak import measure_peak
 
 _, peak = measure_peak(lambda: torch.ones(25_000_000).sum(), device="cpu")  # a 100 MB tensor
 
@@ -444,7 +446,9 @@ Markdown(tricks.comparison_table())
 # remove it?** `what_is_my_bottleneck` answers the first half with the estimate, and lists the trades:
 
 # %%
-diag = tricks.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "lora", batch=8, budget_gb=16.0, seq=1024)
+from course_utils import bottleneck
+
+diag = bottleneck.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "lora", batch=8, budget_gb=16.0, seq=1024)
 print(diag.text())
 
 # %% [markdown]
@@ -461,13 +465,13 @@ print(diag.text())
 # ask `what_is_my_bottleneck` and pick the option you would try first. What would it cost in time?
 
 # %%
-# Your turn: call tricks.what_is_my_bottleneck(...) for Kwame's case and print diag.text().
+# Your turn: call bottleneck.what_is_my_bottleneck(...) for Kwame's case and print diag.text().
 
 # %% [markdown]
 # <details><summary>Show the answer</summary>
 #
 # ```python
-# diag = tricks.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "full", batch=8, budget_gb=24.0, seq=512)
+# diag = bottleneck.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "full", batch=8, budget_gb=24.0, seq=512)
 # print(diag.text())
 # ```
 #

@@ -1,0 +1,163 @@
+"""What is my bottleneck? Name what does not fit a memory budget, and which tricks move a step under it.
+
+Pure estimates from :mod:`course_utils.step_memory` (nothing is run or measured): the step's parts at its peak
+moment, then every combination of gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient
+accumulation and cheaper methods (full -> LoRA -> LoRA on a 16-bit base -> QLoRA), ranked.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from course_utils import checks
+from course_utils.architecture import DEFAULT_TARGETS
+from course_utils.memory import METHODS
+from course_utils.step_memory import estimate_step
+from course_utils.units import GB
+
+
+@dataclass
+class Option:
+    """A way to make the step fit: the changes, the new estimate, and its estimated time cost."""
+
+    changes: tuple[str, ...]
+    peak_bytes: int
+    fits: bool
+    time_factor: float
+    cost: str
+    method_changed: bool = False
+    micro_batches: int = 1
+
+    @property
+    def peak_gb(self) -> float:
+        return self.peak_bytes / GB
+
+
+@dataclass
+class Diagnosis:
+    """The answer of :func:`what_is_my_bottleneck`."""
+
+    estimate: Any
+    budget_gb: float
+    fits: bool
+    parts: list[tuple[str, int]]
+    options: list[Option] = field(default_factory=list)
+
+    def text(self, limit: int = 4) -> str:
+        """The diagnosis in a few plain lines."""
+        est = self.estimate
+        head = (f"{est.describe()}: estimated peak {est.peak_gb:.2f} GB against a {self.budget_gb:g} GB budget "
+                f"({'allocator counter, CUDA' if est.device == 'cuda' else 'process memory, CPU'}).")
+        if self.fits:
+            return head + "\nIt fits: no trick needed for memory."
+        over = est.peak_gb - self.budget_gb
+        big = sorted(self.parts, key=lambda p: -p[1])[:3]
+        lines = [head, f"It does not fit: {over:.2f} GB over. Biggest parts at the peak ({est.peak_moment}): "
+                 + "; ".join(f"{label} {b / GB:.2f} GB" for label, b in big) + "."]
+        fitting = [o for o in self.options if o.fits]
+        if not fitting:
+            lines.append("No combination of the tricks below fits: a smaller model, shorter sequences or a "
+                         "bigger machine is needed.")
+        else:
+            lines.append("Tricks that move it under the budget (same method first, fewest changes first):")
+            for o in fitting[:limit]:
+                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, time x{o.time_factor:.2f} ({o.cost})")
+        return "\n".join(lines)
+
+
+_METHOD_NAMES = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "QLoRA"}
+#: Estimated time factors of each move, from the arithmetic a step does (see :func:`what_is_my_bottleneck`).
+_COSTS = {
+    "checkpointing": "one extra forward of every layer",
+    "adamw8bit": "about the same time on a GPU (fused kernel)",
+    "accumulation": "same arithmetic in smaller pieces; slower if the small micro-batch leaves the GPU idle",
+    "lora": "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic",
+    "lora-bf16": "like LoRA; bfloat16 matmuls are faster on Ampere+",
+    "qlora": "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)",
+}
+
+
+def _kinds(option: Option) -> frozenset[str]:
+    """The kinds of change in an option (the accumulation split counts as one kind)."""
+    return frozenset("accumulation" if c.startswith("micro-batch") else c for c in option.changes)
+
+
+def _time_factor(method: str, new_method: str, checkpointing: bool, new_checkpointing: bool) -> float:
+    """Relative time from the arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen)."""
+    def cost(m: str, ck: bool) -> float:
+        fwd, bwd = 1.0, 2.0 if m == "full" else 1.0
+        return fwd + bwd + (fwd if ck else 0.0)
+
+    return cost(new_method, new_checkpointing) / cost(method, checkpointing)
+
+
+def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
+                          budget_gb: float = 16.0, *, seq: int = 512, lora_rank: int = 8,
+                          targets: Sequence[str] = DEFAULT_TARGETS, optimizer: str = "adamw",
+                          checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
+    """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
+
+    Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
+    examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
+    on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
+    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the
+    arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they are frozen;
+    checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device`` ``"cuda"``
+    compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
+    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number.)
+    """
+    checks.positive(budget_gb, "budget_gb", 1e6)
+    common = {"seq": seq, "lora_rank": lora_rank, "targets": targets, "device": device}
+    est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing,
+                        **common)
+    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=est.peak_gb <= budget_gb, parts=est.parts())
+    if diag.fits:
+        return diag
+    order = list(METHODS)
+    options = []
+    for new_method, ck, opt8 in itertools.product(order[order.index(method):], sorted({checkpointing, True}),
+                                                  sorted({optimizer == "adamw8bit", True})):
+        option = _option(config, common, budget_gb, method=method, batch=batch, checkpointing=checkpointing,
+                         optimizer=optimizer, new_method=new_method, new_checkpointing=ck, eight_bit=opt8)
+        if option is not None:
+            options.append(option)
+    diag.options = _rank(options)
+    return diag
+
+
+def _option(config: Any, common: dict[str, Any], budget_gb: float, *, method: str, batch: int,
+            checkpointing: bool, optimizer: str, new_method: str, new_checkpointing: bool,
+            eight_bit: bool) -> Option | None:
+    """One combination of moves, with the fewest micro-batches that fit; None when it changes nothing."""
+    splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
+    for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
+        new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k,
+                            checkpointing=new_checkpointing, optimizer="adamw8bit" if eight_bit else "adamw",
+                            **common)
+        if new.peak_gb <= budget_gb or k == splits[-1]:
+            break
+    moves = []
+    if new_method != method:
+        moves.append((_METHOD_NAMES[new_method], _COSTS[new_method]))
+    if new_checkpointing and not checkpointing:
+        moves.append(("gradient checkpointing", _COSTS["checkpointing"]))
+    if eight_bit and optimizer != "adamw8bit":
+        moves.append(("8-bit AdamW", _COSTS["adamw8bit"]))
+    if k > 1:
+        moves.append((f"micro-batch {batch // k} x {k} accumulation steps", _COSTS["accumulation"]))
+    if not moves:
+        return None
+    return Option(tuple(m for m, _ in moves), new.peak_bytes, new.peak_gb <= budget_gb,
+                  _time_factor(method, new_method, checkpointing, new_checkpointing), "; ".join(c for _, c in moves),
+                  method_changed=new_method != method, micro_batches=k)
+
+
+def _rank(options: list[Option]) -> list[Option]:
+    """Fitting options first; keep the method if possible (a new method changes the result, not only the cost);
+    then fewest changes, fewest micro-batches, least time. Options that only add tricks to a simpler fitting
+    one are dropped."""
+    options = sorted(options, key=lambda o: (not o.fits, o.method_changed, len(o.changes), o.micro_batches,
+                                             o.time_factor, o.peak_bytes))
+    fitting_sets = [_kinds(o) for o in options if o.fits]
+    return [o for o in options if not any(f < _kinds(o) for f in fitting_sets)]

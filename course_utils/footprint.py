@@ -1,0 +1,254 @@
+"""Where a model's memory goes: what ``get_memory_footprint()`` counts, part by part, at 16, 8 or 4 bits.
+
+:func:`footprint_parts` prices a model's parts with the rules bitsandbytes and transformers apply when
+loading in 8 or 4 bits: every ``nn.Linear`` except the output head is quantized; the embedding table, the
+norms and the biases stay 16-bit. It works on a loaded model and on a meta-device one
+(:func:`course_utils.models.meta_model`), so the sizes of models too big to load here are *computed* from
+their architecture alone. :func:`llama_like_parts` does the same for a Llama-shaped model in closed form.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from course_utils import checks
+from course_utils.architecture import Architecture
+from course_utils.models import check_load_bits, meta_model
+from course_utils.units import format_bytes
+
+#: NF4 block size used by bitsandbytes: one float32 scale ("absmax") per 64 weights.
+NF4_BLOCKSIZE = 64
+#: The parts of a model, in the order tables and charts show them.
+PART_NAMES = ("embedding table", "attention linears (q, k, v, o)", "MLP linears (gate, up, down)",
+              "other linears", "linear biases", "norms", "lm_head", "other parameters", "buffers")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a model: how many parameters it has and how many bytes they take at a given width."""
+
+    name: str
+    params: int
+    bytes: int
+    quantized: bool
+
+
+def true_numel(param: torch.Tensor) -> int:
+    """Number of weights a parameter stands for: a packed 4-bit ``Params4bit`` holds two per byte."""
+    state = getattr(param, "quant_state", None)
+    if state is not None and getattr(state, "shape", None) is not None:
+        return math.prod(state.shape)
+    return param.numel()
+
+
+def count_model_parameters(model: torch.nn.Module) -> int:
+    """Parameters of a model, each shared (tied) tensor counted once; 4-bit packed weights at their true size."""
+    return sum(true_numel(p) for p in model.parameters())
+
+
+def _output_embedding(model: torch.nn.Module) -> torch.nn.Module | None:
+    getter = getattr(model, "get_output_embeddings", None)
+    return getter() if callable(getter) else None
+
+
+def is_tied(model: torch.nn.Module) -> bool:
+    """True when the lm_head shares its weight tensor with the input embedding table."""
+    out, inp = _output_embedding(model), getattr(model, "get_input_embeddings", lambda: None)()
+    return out is not None and inp is not None and out.weight is inp.weight
+
+
+def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
+    """The model's memory by part, as ``get_memory_footprint()`` would count it when loaded at ``bits``.
+
+    Works on a meta-device model (computed), a 16-bit model (predicting its 4-bit size) or an already
+    quantized one. The rules are those of transformers + bitsandbytes: every ``nn.Linear`` is quantized
+    except the output head; embeddings, norms and biases stay 16-bit; a tied lm_head adds nothing.
+    ``get_memory_footprint()`` counts parameters and buffers only, so quantization scales are not in
+    these bytes (see :func:`scale_bytes`).
+    """
+    check_load_bits(bits)
+    quant_bytes = {16: 2.0, 8: 1.0, 4: 0.5}[bits]
+    head = _output_embedding(model)
+    seen: set[int] = set()
+    params = {n: 0 for n in PART_NAMES}
+    nbytes = {n: 0.0 for n in PART_NAMES}
+
+    def add(part: str, count: int, per: float) -> None:
+        params[part] += count
+        nbytes[part] += count * per
+
+    for mod_name, module in model.named_modules():
+        for p_name, param in module.named_parameters(recurse=False):
+            if id(param) in seen:
+                continue  # a tied tensor is stored (and counted) once
+            seen.add(id(param))
+            n = true_numel(param)
+            if isinstance(module, torch.nn.Embedding):
+                add("embedding table", n, 2)
+            elif module is head:
+                add("lm_head", n, 2)
+            elif isinstance(module, torch.nn.Linear):
+                if p_name == "bias":
+                    add("linear biases", n, 2)
+                elif ".self_attn." in f".{mod_name}." or ".attn." in f".{mod_name}.":
+                    add("attention linears (q, k, v, o)", n, quant_bytes)
+                elif ".mlp." in f".{mod_name}.":
+                    add("MLP linears (gate, up, down)", n, quant_bytes)
+                else:
+                    add("other linears", n, quant_bytes)
+            elif "norm" in type(module).__name__.lower() or "norm" in mod_name.rsplit(".", 1)[-1].lower():
+                add("norms", n, 2)
+            else:
+                add("other parameters", n, 2)
+    for buf in model.buffers():
+        add("buffers", buf.numel(), buf.element_size())
+    quantized = {"attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"}
+    parts = [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in quantized) for n in PART_NAMES]
+    if head is not None and is_tied(model):
+        parts[PART_NAMES.index("lm_head")] = Part("lm_head", 0, 0, False)
+    return parts
+
+
+def footprint_bytes(model: torch.nn.Module, bits: int = 16) -> int:
+    """Total of :func:`footprint_parts`: ``get_memory_footprint()``'s answer for the model loaded at ``bits``."""
+    return sum(p.bytes for p in footprint_parts(model, bits))
+
+
+def scale_bytes(model: torch.nn.Module, bits: int) -> int:
+    """Bytes of quantization scales that ``get_memory_footprint()`` leaves out.
+
+    4-bit NF4: one float32 absmax per block of 64 weights (0.5 bit per weight); 8-bit: one float32 per
+    output row. 16-bit: none.
+    """
+    check_load_bits(bits)
+    if bits == 16:
+        return 0
+    total = 0
+    for part in footprint_parts(model, bits):
+        if part.quantized:
+            total += part.params
+    if bits == 4:
+        return math.ceil(total / NF4_BLOCKSIZE) * 4
+    head = _output_embedding(model)
+    rows = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    return rows * 4
+
+
+def measured_scale_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the absmax scales actually stored by the 4-bit layers of a loaded model (0 if none)."""
+    total = 0
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if state is not None and getattr(state, "absmax", None) is not None:
+            total += state.absmax.numel() * state.absmax.element_size()
+    return total
+
+
+def breakdown_table(model: torch.nn.Module, low_bits: int = 4) -> str:
+    """A text table: each part's parameters and bytes at 16 bits and at ``low_bits``, with totals."""
+    check_load_bits(low_bits)
+    p16, plow = footprint_parts(model, 16), footprint_parts(model, low_bits)
+    total_params = sum(p.params for p in p16 if p.name != "buffers")
+    t16, tlow = sum(p.bytes for p in p16), sum(p.bytes for p in plow)
+    rows = [f"{'part':32}{'parameters':>15}{'share':>8}{'16-bit':>11}{f'{low_bits}-bit':>11}"]
+    for a, b in zip(p16, plow):
+        if a.params == 0 and a.name != "lm_head":
+            continue
+        label = "lm_head (tied: shares the table)" if a.name == "lm_head" and a.params == 0 else a.name
+        count = f"{a.params:,}" if a.name != "buffers" else "(not params)"
+        share = f"{100 * a.params / total_params:.1f}%" if a.name != "buffers" else ""
+        mark = "" if b.quantized or low_bits == 16 else " *"
+        rows.append(f"{label:32}{count:>15}{share:>8}{format_bytes(a.bytes):>11}{format_bytes(b.bytes):>11}{mark}")
+    rows.append(f"{'total':32}{total_params:>15,}{'100%':>8}{format_bytes(t16):>11}{format_bytes(tlow):>11}")
+    ratio = f"{low_bits}-bit / 16-bit = {100 * tlow / t16:.0f} %"
+    rows.append(f"* stays 16-bit when the linears go to {low_bits} bits.   {ratio}")
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class ComputedSizes:
+    """A model's size from its architecture alone (meta device): nothing was loaded or downloaded."""
+
+    name: str
+    params: int
+    bytes16: int
+    bytes8: int
+    bytes4: int
+    scales4: int
+    embedding_share: float
+
+    def summary(self) -> str:
+        """Two lines: the sizes, labelled as computed."""
+        return (f"{self.name} (COMPUTED from its architecture on the meta device, not loaded): "
+                f"{self.params:,} parameters\n"
+                f"  16-bit {format_bytes(self.bytes16)}, 8-bit {format_bytes(self.bytes8)}, "
+                f"4-bit {format_bytes(self.bytes4)} ({100 * self.bytes4 / self.bytes16:.0f} % of 16-bit; "
+                f"embedding table {100 * self.embedding_share:.0f} % of the parameters)")
+
+
+def computed_sizes(config: Any, name: str | None = None) -> ComputedSizes:
+    """Sizes at 16, 8 and 4 bits of the architecture ``config`` (a config or a file in ``data/configs``)."""
+    if name is None:
+        name = Path(str(config)).stem if isinstance(config, (str, os.PathLike)) else type(config).__name__
+    model = meta_model(config)
+    parts16 = footprint_parts(model, 16)
+    params = sum(p.params for p in parts16 if p.name != "buffers")
+    emb = next(p.params for p in parts16 if p.name == "embedding table")
+    return ComputedSizes(name, params, footprint_bytes(model, 16), footprint_bytes(model, 8),
+                         footprint_bytes(model, 4), scale_bytes(model, 4), emb / params)
+
+
+# --------------------------------------------------------------------------------------------
+# A Llama-shaped model by formula (for the interactive demo)
+# --------------------------------------------------------------------------------------------
+#: Which parts of :func:`llama_like_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
+_LLAMA_GROUPS = {"embed_tokens": "embedding table", "q_proj": "attention linears", "k_proj": "attention linears",
+                 "v_proj": "attention linears", "o_proj": "attention linears", "gate_proj": "MLP linears",
+                 "up_proj": "MLP linears", "down_proj": "MLP linears", "input_layernorm": "norms",
+                 "post_attention_layernorm": "norms", "norm": "norms", "lm_head": "lm_head"}
+
+
+def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_ratio: float = 8 / 3,
+                     kv_fraction: float = 1 / 3, tied: bool = True) -> dict[str, int]:
+    """Parameter counts of a Llama-shaped decoder by formula (no torch), from :class:`Architecture`.
+
+    Per layer: q and o are hidden x hidden, k and v hidden x (kv_fraction * hidden), gate/up/down use
+    an intermediate size of mlp_ratio * hidden, plus two norms. SmolLM2-135M is hidden 576, 30 layers,
+    vocab 49,152, mlp_ratio 1536/576, kv_fraction 1/3, tied: exactly 134,515,008.
+    """
+    checks.integer(hidden_size, "hidden_size", 64, 16384)
+    checks.integer(num_layers, "num_layers", 1, 200)
+    checks.integer(vocab_size, "vocab_size", 256, 1_000_000)
+    mlp_ratio = checks.number(mlp_ratio, "mlp_ratio", 0.5, 8)
+    kv_fraction = checks.number(kv_fraction, "kv_fraction", 0, 1, low_open=True)
+    checks.flag(tied, "tied")
+    kv_width = round(kv_fraction * hidden_size)
+    head_dim = math.gcd(hidden_size, kv_width)  # heads of this width give q exactly hidden wide and k, v kv_width wide
+    arch = Architecture(model_type="llama", vocab=vocab_size, hidden=hidden_size,
+                        intermediate=round(mlp_ratio * hidden_size), layers=num_layers,
+                        heads=hidden_size // head_dim, kv_heads=kv_width // head_dim, head_dim=head_dim, tied=tied)
+    parts = {"embedding table": 0, "attention linears": 0, "MLP linears": 0, "norms": 0, "lm_head": 0}
+    for name, numel, _ in arch.param_tensors():
+        parts[_LLAMA_GROUPS[name]] += numel
+    return parts
+
+
+def four_bit_ratio_report(hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True,
+                          mlp_ratio: float = 8 / 3) -> str:
+    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %."""
+    parts = llama_like_parts(hidden_size, num_layers, vocab_size, mlp_ratio=mlp_ratio, tied=tied)
+    total = sum(parts.values())
+    linears = parts["attention linears"] + parts["MLP linears"]
+    b16, b4 = 2 * total, 0.5 * linears + 2 * (total - linears)
+    return (f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, "
+            f"{'tied' if tied else 'untied'} lm_head: {total / 1e6:,.0f} M parameters\n"
+            f"16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: {100 * b4 / b16:.0f} % "
+            f"(25 % would need every weight in a linear layer)\n"
+            f"stays 16-bit: {100 * (total - linears) / total:.0f} % of the parameters "
+            f"(embedding table {100 * parts['embedding table'] / total:.0f} %"
+            f"{', lm_head ' + format(100 * parts['lm_head'] / total, '.0f') + ' %' if parts['lm_head'] else ''})")

@@ -1,0 +1,136 @@
+"""One peak-memory tracker for any piece of work, on any device; it always says which counter it read.
+
+* **CUDA**: PyTorch's allocator counters, ``torch.cuda.reset_peak_memory_stats`` at the start of the work and
+  ``torch.cuda.max_memory_allocated`` (and ``..._reserved``) at its end: the bytes tensors held at their peak.
+  The CUDA context itself (a few hundred MB) is outside this counter.
+* **CPU**: there is no allocator counter, so the reading is the process's resident-memory high-water mark
+  (Linux ``VmHWM``), reset at the start of the work through ``/proc/self/clear_refs``. Where no reset is
+  possible (macOS) it is the peak since the process started, and ``what`` says so.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from course_utils.units import GB
+
+
+def process_peak_rss_bytes() -> int:
+    """This process's peak resident memory since it started (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+@dataclass
+class WorkPeak:
+    """The peak memory of one piece of work, and what the number is.
+
+    ``bytes`` is the peak; ``start_bytes`` what was already in use when the work began (so
+    ``bytes - start_bytes`` is what the work added at its worst moment); ``reserved_bytes`` is the CUDA
+    caching allocator's reserved peak (None on CPU); ``what`` names the counter.
+    """
+
+    bytes: int = 0
+    start_bytes: int = 0
+    reserved_bytes: int | None = None
+    what: str = ""
+    device: str = "cpu"
+
+    @property
+    def gb(self) -> float:
+        """The peak in GB (10^9 bytes)."""
+        return self.bytes / GB
+
+    @property
+    def added_bytes(self) -> int:
+        """What the work added on top of what was in use when it started."""
+        return max(0, self.bytes - self.start_bytes)
+
+
+def _proc_status_kib(key: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _status_bytes_or_peak(key: str) -> int:
+    """A /proc/self/status memory line in bytes; where there is none (macOS), the peak since the start."""
+    kib = _proc_status_kib(key)
+    return kib * 1024 if kib is not None else process_peak_rss_bytes()
+
+
+def current_rss_bytes() -> int:
+    """This process's resident memory now (Linux /proc; elsewhere the peak so far, an upper bound)."""
+    return _status_bytes_or_peak("VmRSS")
+
+
+def reset_rss_high_water_mark() -> bool:
+    """Reset this process's resident-memory high-water mark (Linux >= 4.0). True if it worked."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return _proc_status_kib("VmHWM") is not None
+
+
+def rss_high_water_mark_bytes() -> int:
+    """Peak resident memory since the last reset (Linux VmHWM), else since the process started."""
+    return _status_bytes_or_peak("VmHWM")
+
+
+@contextmanager
+def track_peak(device: Any = None) -> Iterator[WorkPeak]:
+    """Measure the peak memory of the work inside a ``with`` block, on any device.
+
+    CUDA: ``reset_peak_memory_stats`` at the start, ``max_memory_allocated`` (and ``..._reserved``) at the
+    end - the bytes PyTorch's tensors held at their peak (the CUDA context itself, a few hundred MB, is
+    outside this counter). CPU: the process's resident-memory high-water mark, reset at the start of the
+    block when the OS allows it (Linux), otherwise the peak since the process started. Resident memory
+    includes the Python interpreter and its libraries, and the allocator's free-but-kept pages: run the
+    work in a fresh process with ``MALLOC_MMAP_THRESHOLD_=65536`` (what :func:`measure_training_step`
+    does) for a number that tracks live tensors.
+    """
+    import torch
+
+    from course_utils.hardware import as_device
+
+    dev = as_device(device)
+    reading = WorkPeak(device=str(dev))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        reading.start_bytes = torch.cuda.memory_allocated(dev)
+        yield reading
+        torch.cuda.synchronize(dev)
+        reading.bytes = torch.cuda.max_memory_allocated(dev)
+        reading.reserved_bytes = torch.cuda.max_memory_reserved(dev)
+        reading.what = ("CUDA: peak bytes allocated by PyTorch tensors during the work "
+                        "(torch.cuda.max_memory_allocated after reset_peak_memory_stats; reserved shown apart)")
+        return
+    reset = reset_rss_high_water_mark()
+    reading.start_bytes = current_rss_bytes()
+    yield reading
+    reading.bytes = rss_high_water_mark_bytes()
+    reading.what = ("CPU: peak resident memory of this process during the work (VmHWM, reset at its start)"
+                    if reset else
+                    "CPU: peak resident memory of this process since it started (no reset possible here)")
+
+
+def measure_peak(fn: Callable[[], Any], device: Any = None) -> tuple[Any, WorkPeak]:
+    """Run ``fn()`` and return ``(its result, the peak memory of the call)``; see :func:`track_peak`."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with track_peak(device) as peak:
+        result = fn()
+    return result, peak

@@ -1,0 +1,53 @@
+"""One way to keep library chatter off a notebook's output, and to leave the student's kernel as it was.
+
+nbval compares stderr, and a class should not read progress bars and harmless library warnings.
+:func:`quiet_libraries` silences them *inside* a ``with`` block only: on exit every warning filter, every
+logger level it touched and transformers' verbosity and progress-bar switch are what they were before.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from contextlib import contextmanager
+from typing import Iterator
+
+#: The loggers silenced below ERROR inside the block.
+LOGGERS = ("bitsandbytes", "peft", "transformers", "accelerate", "torch._inductor", "torch._dynamo")
+
+
+@contextmanager
+def quiet_loggers(names: tuple[str, ...] = LOGGERS, level: int = logging.ERROR) -> Iterator[None]:
+    """Set the loggers ``names`` to ``level`` inside the block; restore each one's own level after."""
+    before = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, old in before.items():
+            logging.getLogger(name).setLevel(old)
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence Python warnings, library loggers and transformers' progress bars inside the block; restore after.
+
+    Imports transformers (and bitsandbytes, whose import logs a notice about an optional kernel package)
+    the first time it runs, inside the quiet block.
+    """
+    with warnings.catch_warnings(), quiet_loggers():
+        warnings.simplefilter("ignore")
+        from course_utils.hardware import import_bitsandbytes
+
+        import_bitsandbytes()
+        from transformers.utils import logging as hf_logging
+
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()

@@ -1,0 +1,155 @@
+"""course_utils.footprint: what get_memory_footprint() counts, part by part, computed on the meta device, measured."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import footprint as F
+from course_utils.hardware import import_bitsandbytes
+from course_utils.models import QWEN3_CONFIG, QWEN25_CONFIG, load_model, meta_model
+from course_utils.standin import STANDIN_CONFIG
+from course_utils.units import format_bytes
+from tiny_models import tiny_config
+
+
+# --------------------------------------------------------------------------------------------
+# Counts and footprints on the meta device (the real architectures, no memory)
+# --------------------------------------------------------------------------------------------
+def test_meta_counts_of_the_shipped_architectures() -> None:
+    smol = meta_model(STANDIN_CONFIG)
+    assert F.count_model_parameters(smol) == 134_515_008
+    assert F.is_tied(smol) and next(smol.parameters()).device.type == "meta"
+    assert F.count_model_parameters(meta_model(QWEN25_CONFIG)) == 1_543_714_304
+    assert F.count_model_parameters(meta_model(QWEN3_CONFIG)) == 4_022_468_096
+
+
+def test_standin_footprint_arithmetic() -> None:
+    smol = meta_model(STANDIN_CONFIG)
+    parts = {p.name: p for p in F.footprint_parts(smol, 4)}
+    assert parts["embedding table"].params == 49152 * 576 == 28_311_552
+    linears = parts["attention linears (q, k, v, o)"].params + parts["MLP linears (gate, up, down)"].params
+    assert linears == 106_168_320 and parts["norms"].params == (2 * 30 + 1) * 576
+    assert parts["lm_head"].params == 0  # tied: no bytes of its own
+    # rotary frequencies, float32: 256 bytes on transformers 5 (two copies), 128 on 4.57 (one)
+    buffers = parts["buffers"].bytes
+    assert buffers in (128, 256)
+    assert F.footprint_bytes(smol, 16) == 2 * 134_515_008 + buffers
+    assert F.footprint_bytes(smol, 8) == 28_311_552 * 2 + 106_168_320 + 35_136 * 2 + buffers
+    assert F.footprint_bytes(smol, 4) == 28_311_552 * 2 + 106_168_320 // 2 + 35_136 * 2 + buffers
+    assert [format_bytes(F.footprint_bytes(smol, b)) for b in (16, 8, 4)] == ["269.0 MB", "162.9 MB", "109.8 MB"]
+    assert F.scale_bytes(smol, 4) == 106_168_320 // 64 * 4 == 6_635_520
+    assert F.scale_bytes(smol, 16) == 0
+    assert round(100 * F.footprint_bytes(smol, 4) / F.footprint_bytes(smol, 16)) == 41
+
+
+def test_breakdown_table_prints_small_parts_in_kb_and_bytes() -> None:
+    table = F.breakdown_table(meta_model(STANDIN_CONFIG), 4)
+    lines = {line.split("  ")[0]: line for line in table.splitlines()}
+    assert lines["norms"].count("70.3 KB") == 2  # 35,136 norm weights x 2 bytes, at 16 and at 4 bits
+    assert lines["buffers"].count(" B") == 2 and "MB" not in lines["buffers"]  # a few hundred bytes
+    assert "269.0 MB" in table and "109.8 MB" in table and "41 %" in table
+
+
+def test_real_model_sizes_are_computed_about_a_third() -> None:
+    sizes = F.computed_sizes(QWEN25_CONFIG, "Qwen2.5-1.5B-Instruct")
+    assert sizes.params == 1_543_714_304
+    buffers = sizes.bytes16 - 2 * 1_543_714_304  # float32 rotary buffers of head_dim / 2: two on transformers 5
+    assert buffers in (64 * 4, 2 * 64 * 4)
+    assert round(sizes.bytes16 / 1e9, 1) == 3.1 and round(sizes.bytes4 / 1e9, 1) == 1.1
+    assert 0.30 < sizes.bytes4 / sizes.bytes16 < 0.40  # about a third, not a quarter
+    assert "COMPUTED" in sizes.summary() and "not loaded" in sizes.summary()
+    assert F.computed_sizes(QWEN25_CONFIG).name == "qwen2.5-1.5b-instruct"
+    parts = {p.name: p for p in F.footprint_parts(meta_model(QWEN25_CONFIG), 4)}
+    assert parts["linear biases"].params == 28 * (1536 + 256 + 256)  # Qwen2 has q, k, v biases: kept 16-bit
+    assert not parts["linear biases"].quantized and parts["MLP linears (gate, up, down)"].quantized
+
+
+def test_untied_head_stays_16_bit() -> None:
+    model = meta_model(tiny_config(tie_word_embeddings=False))
+    parts = {p.name: p for p in F.footprint_parts(model, 4)}
+    assert not F.is_tied(model)
+    assert parts["lm_head"].params == 512 * 64 and parts["lm_head"].bytes == 2 * 512 * 64
+
+
+@pytest.mark.parametrize("bits, error", [(3, ValueError), (32, ValueError), ("4", TypeError), (True, TypeError)])
+def test_footprints_reject_bad_bits(bits, error) -> None:
+    layer = torch.nn.Linear(2, 2)
+    for function in (F.footprint_parts, F.scale_bytes, F.breakdown_table):
+        with pytest.raises(error, match="bits"):
+            function(layer, bits)
+
+
+# --------------------------------------------------------------------------------------------
+# A Llama-shaped model by formula
+# --------------------------------------------------------------------------------------------
+def test_formula_matches_the_meta_model() -> None:
+    parts = F.llama_like_parts(576, 30, 49152, mlp_ratio=1536 / 576, kv_fraction=1 / 3)
+    assert sum(parts.values()) == 134_515_008
+    assert parts["embedding table"] == 28_311_552 and parts["lm_head"] == 0
+    assert parts["norms"] == (2 * 30 + 1) * 576 and parts["MLP linears"] == 30 * 3 * 576 * 1536
+    report = F.four_bit_ratio_report(576, 30, 49152)
+    assert "41 %" in report and "135 M parameters" in report
+    assert F.llama_like_parts(576, 30, 49152, tied=False)["lm_head"] == 28_311_552
+
+
+def test_formula_with_widths_that_share_no_head_size() -> None:
+    """hidden 640 and k, v 213 wide (a third, rounded): the counts are still exact."""
+    parts = F.llama_like_parts(640, 2, 1000)
+    assert parts["attention linears"] == 2 * (2 * 640 * 640 + 2 * 640 * 213)
+    assert parts["MLP linears"] == 2 * 3 * 640 * round(8 / 3 * 640)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"hidden_size": 32}, ValueError), ({"num_layers": 0}, ValueError), ({"vocab_size": 10}, ValueError),
+    ({"hidden_size": 576.0}, TypeError), ({"mlp_ratio": 20}, ValueError), ({"kv_fraction": 0}, ValueError),
+    ({"tied": 1}, TypeError)])
+def test_formula_bad_input(kwargs, error) -> None:
+    args = {"hidden_size": 576, "num_layers": 30, "vocab_size": 49152, **kwargs}
+    with pytest.raises(error, match=next(iter(kwargs))):
+        F.llama_like_parts(**args)
+
+
+# --------------------------------------------------------------------------------------------
+# Measured against computed, on a tiny stand-in
+# --------------------------------------------------------------------------------------------
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+def test_footprints_measured_match_computed(tiny_standin) -> None:
+    m16 = load_model(tiny_standin, 16, device="cpu")
+    m4 = load_model(tiny_standin, 4, device="cpu")
+    assert m16.get_memory_footprint() == F.footprint_bytes(m16, 16)
+    assert m4.get_memory_footprint() == F.footprint_bytes(m16, 4) == F.footprint_bytes(m4, 4)
+    assert F.measured_scale_bytes(m4) == F.scale_bytes(m16, 4)
+    assert F.count_model_parameters(m4) == F.count_model_parameters(m16)  # packed 4-bit weights at their true size
+    table = F.breakdown_table(m16, 4)
+    assert "embedding table" in table and "tied" in table and "4-bit / 16-bit" in table
+
+
+# --------------------------------------------------------------------------------------------
+# Chart and widget callback
+# --------------------------------------------------------------------------------------------
+def test_footprint_chart_and_groups() -> None:
+    from course_utils.plots import models as P
+
+    smol = meta_model(STANDIN_CONFIG)
+    groups = P.group_bytes(F.footprint_parts(smol, 4))
+    assert groups["embedding table (stays 16-bit)"] == 2 * 28_311_552
+    assert format_bytes(sum(groups.values())) == "109.8 MB" and sum(groups.values()) == F.footprint_bytes(smol, 4)
+    b16 = F.footprint_bytes(smol, 16)
+    fig = P.footprint_chart([("16-bit", F.footprint_parts(smol, 16), b16), ("4-bit", F.footprint_parts(smol, 4), b16)])
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    with pytest.raises(TypeError, match="parts"):
+        P.group_bytes([1, 2])
+    with pytest.raises(ValueError, match="bars"):
+        P.footprint_chart([])
+    with pytest.raises(ValueError, match="bytes16"):
+        P.footprint_chart([("x", F.footprint_parts(smol, 4), 0)])
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def test_widget_callback_prints_the_report(capsys) -> None:
+    from course_utils.widgets.models import show_ratio
+
+    show_ratio(576, 30, 49152, True)
+    assert "41 %" in capsys.readouterr().out

@@ -1,0 +1,118 @@
+"""course_utils.hub: the online/offline decision, made without touching the network (and without torch on import)."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from course_utils import hub
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to open a socket fails the test: the decision must not touch the network."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the network was touched")
+    monkeypatch.setattr(socket, "create_connection", forbidden)
+
+
+def _cuda(monkeypatch: pytest.MonkeyPatch, present: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
+
+
+def test_importing_the_hub_module_does_not_import_torch() -> None:
+    code = "import sys, course_utils.hub; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+@pytest.mark.parametrize("value, offline", [("1", True), ("true", True), ("YES", True), ("on", True),
+                                            ("0", False), ("", False), ("false", False)])
+def test_offline_env_parsing(value: str, offline: bool) -> None:
+    assert hub.hub_offline_env({"HF_HUB_OFFLINE": value}) is offline
+    assert hub.hub_offline_env({"TRANSFORMERS_OFFLINE": value}) is offline
+    assert hub.hub_offline_env({}) is False
+
+
+def test_no_gpu_means_standin_without_any_network(monkeypatch, no_network) -> None:
+    _cuda(monkeypatch, False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    decision = hub.decide_source()
+    assert decision.source == "standin" and "no CUDA GPU" in decision.reason
+
+
+def test_offline_env_decides_at_once(monkeypatch, no_network) -> None:
+    _cuda(monkeypatch, True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
+    start = time.perf_counter()
+    decision = hub.decide_source()
+    assert decision.source == "standin" and "HF_HUB_OFFLINE" in decision.reason
+    assert time.perf_counter() - start < 0.5
+
+
+def test_offline_but_cached_uses_the_real_model(monkeypatch, no_network) -> None:
+    _cuda(monkeypatch, True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "cached_on_disk", lambda name: True)
+    assert hub.decide_source().source == "real"
+
+
+@pytest.mark.parametrize("reachable, source", [(False, "standin"), (True, "real")])
+def test_online_decision_follows_one_reachability_check(monkeypatch, reachable: bool, source: str) -> None:
+    _cuda(monkeypatch, True)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    calls = []
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or reachable)
+    decision = hub.decide_source(timeout_s=1.0)
+    assert decision.source == source and calls == [1.0]
+    if not reachable:
+        assert "did not answer within 1 s" in decision.reason
+
+
+def test_reachability_true_false_and_never_longer_than_the_timeout(monkeypatch) -> None:
+    class Conn:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: Conn())
+    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.5) is True
+
+    def refused(address, timeout):
+        raise ConnectionRefusedError("no")
+    monkeypatch.setattr(socket, "create_connection", refused)
+    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.5) is False
+
+    def hangs(address, timeout):  # a DNS lookup that hangs far beyond the timeout
+        time.sleep(3)
+        raise OSError("too late")
+    monkeypatch.setattr(socket, "create_connection", hangs)
+    start = time.perf_counter()
+    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.2) is False
+    assert time.perf_counter() - start < 1.0
+
+
+def test_hub_address_follows_hf_endpoint() -> None:
+    assert hub.hub_address({}) == ("huggingface.co", 443)
+    assert hub.hub_address({"HF_ENDPOINT": "http://mirror.local:8080"}) == ("mirror.local", 8080)
+    with pytest.raises(ValueError, match="HF_ENDPOINT"):
+        hub.hub_address({"HF_ENDPOINT": "not a url"})
+
+
+@pytest.mark.parametrize("timeout, error", [(0, ValueError), (-1, ValueError), (11, ValueError),
+                                            ("1", TypeError), (True, TypeError)])
+def test_reachability_rejects_bad_timeouts(timeout, error) -> None:
+    with pytest.raises(error, match="timeout_s"):
+        hub.hub_reachable("example.invalid", 443, timeout_s=timeout)
+
+
+def test_decide_rejects_a_bad_model_name() -> None:
+    with pytest.raises(ValueError, match="model_name"):
+        hub.decide_source("not-a-hub-id")

@@ -1,0 +1,107 @@
+"""course_utils.lora: LoRA counted from scratch and by peft on the meta device, set up on a tiny stand-in, bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import lora
+from course_utils import models as M
+from course_utils.architecture import PROJECTIONS
+from course_utils.hardware import import_bitsandbytes
+from course_utils.models import QWEN3_CONFIG, meta_model
+from course_utils.standin import STANDIN_CONFIG
+from tiny_models import tiny_config
+
+
+# --------------------------------------------------------------------------------------------
+# LoRA counts
+# --------------------------------------------------------------------------------------------
+def test_lora_counts_on_the_meta_device() -> None:
+    smol = lora.lora_count(STANDIN_CONFIG)
+    assert smol.trainable == 4_884_480 and smol.base == 134_515_008 and smol.name == "smollm2-135m"
+    assert round(smol.percent, 1) == 3.5  # peft's trainable%: adapter / (base + adapter)
+    qwen3 = lora.lora_count(QWEN3_CONFIG)
+    assert (qwen3.trainable, qwen3.base) == (33_030_144, 4_022_468_096)
+    assert round(qwen3.percent_of_base, 2) == 0.82 and round(qwen3.percent, 2) == 0.81
+    assert "trainable params: 33,030,144" in qwen3.summary()
+    # the LoRA lesson's figure: rank 8 on q_proj and v_proj of SmolLM2 trains 460,800
+    assert lora.lora_count(STANDIN_CONFIG, r=8, alpha=16, targets=["q_proj", "v_proj"]).trainable == 460_800
+
+
+def test_lora_by_hand_matches_peft() -> None:
+    smol = meta_model(STANDIN_CONFIG)
+    assert lora.lora_params_by_hand(smol, 16) == 4_884_480
+    assert lora.lora_params_by_hand(smol, 8, ["q_proj", "v_proj"]) == 460_800
+    assert lora.lora_params_by_hand(meta_model(QWEN3_CONFIG), 16) == 33_030_144
+
+
+def test_the_default_targets_are_the_seven_projections() -> None:
+    assert set(lora.lora_config().target_modules) == set(PROJECTIONS) and len(PROJECTIONS) == 7
+
+
+@pytest.mark.parametrize("kwargs, error, word", [
+    ({"r": 0}, ValueError, "r "), ({"r": 2.5}, TypeError, "r must"), ({"alpha": 0}, ValueError, "alpha"),
+    ({"alpha": "16"}, TypeError, "alpha"), ({"targets": "q_proj"}, TypeError, "targets"),
+    ({"targets": []}, ValueError, "targets"), ({"targets": ["no_such_layer"]}, ValueError, "targets")])
+def test_lora_bad_input(kwargs, error, word) -> None:
+    smol = meta_model(tiny_config())
+    with pytest.raises(error, match=word):
+        if "alpha" in kwargs:
+            lora.lora_config(**kwargs)
+        else:
+            lora.lora_params_by_hand(smol, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# The same code path end to end, on a tiny stand-in
+# --------------------------------------------------------------------------------------------
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+def test_qlora_steps_lower_the_loss(tiny_standin) -> None:
+    tok = M.load_tokenizer(tiny_standin)
+    model = lora.add_lora(M.load_model(tiny_standin, 4, device="cpu"))
+    trainable, total = lora.trainable_counts(model)
+    assert trainable == lora.lora_params_by_hand(model, 16) and total > trainable
+    assert all(not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+    batches = M.training_batches(tok, M.training_texts()[:8], batch_size=4, max_length=16)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    before = M.mean_loss(model, batches)
+    torch.manual_seed(0)
+    losses = []
+    model.train()
+    for step in range(6):
+        loss = model(**batches[step % 2]).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] and M.mean_loss(model, batches) < before
+    text = M.generate_text(model, tok, "The capital of France is", max_new_tokens=3)
+    assert text.startswith("The capital of France is")
+
+
+def test_lora_start_is_reproducible(tiny_standin) -> None:
+    def first_a(seed):
+        model = lora.add_lora(M.load_model(tiny_standin, 16, device="cpu"), seed=seed)
+        return next(p for n, p in model.named_parameters() if "lora_A" in n).detach().clone()
+
+    state = torch.get_rng_state()
+    assert torch.equal(first_a(0), first_a(0)) and not torch.equal(first_a(0), first_a(1))
+    assert torch.equal(torch.get_rng_state(), state)  # the global random state is left alone
+    with pytest.raises(ValueError, match="seed"):
+        lora.add_lora(M.load_model(tiny_standin, 16, device="cpu"), seed=-3)
+    with pytest.raises(TypeError, match="prepare_kbit"):
+        lora.add_lora(M.load_model(tiny_standin, 16, device="cpu"), prepare_kbit="yes")
+
+
+def test_without_bitsandbytes_lora_runs_on_the_16_bit_model(monkeypatch, tiny_standin) -> None:
+    """The notebook's fallback: LoRA on the 16-bit model, the same adapter count as QLoRA."""
+    monkeypatch.setattr(M, "import_bitsandbytes", lambda: None)  # a machine where bitsandbytes is missing
+    model = lora.add_lora(M.load_model(tiny_standin, 16, device="cpu"))
+    trainable, total = lora.trainable_counts(model)
+    assert trainable == lora.lora_params_by_hand(model, 16) and total > trainable
+    tok = M.load_tokenizer(tiny_standin)
+    batches = M.training_batches(tok, M.training_texts()[:4], batch_size=4, max_length=16)
+    model.train()
+    loss = model(**batches[0]).loss
+    loss.backward()
+    assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad)
