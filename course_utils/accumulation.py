@@ -86,6 +86,39 @@ def scale_learning_rate(base_lr: float, base_batch: int, new_batch: int, rule: s
     return base_lr * factors[checks.choice(rule, "rule", factors)]
 
 
+def trip_sizes(batch_size: int, micro_batch_size: int) -> list[int]:
+    """Examples in each micro-batch when a loop walks ``batch_size`` examples in steps of ``micro_batch_size``.
+
+    Unlike :func:`accumulation_steps_for` this accepts a size that does not divide the batch: the last trip is
+    then smaller (48 in trips of 10: ``[10, 10, 10, 10, 8]``), which is what a plain loop over a data loader does.
+    """
+    checks.integer(batch_size, "batch_size")
+    checks.integer(micro_batch_size, "micro_batch_size", 1, batch_size)
+    full, rest = divmod(batch_size, micro_batch_size)
+    return [micro_batch_size] * full + ([rest] if rest else [])
+
+
+#: How a loop turns micro-batch losses into one update (see :func:`weight_per_item` and :func:`token_gradients`).
+NORMALIZE = ("micro_mean", "total_tokens")
+
+
+def weight_per_item(counts: Sequence[int], normalize: str = "total_tokens") -> list[float]:
+    """The weight one item (an example or a real token) of each micro-batch gets in the accumulated gradient.
+
+    ``counts`` holds the items of each micro-batch. ``"micro_mean"``: each micro-batch's mean loss divided by the
+    number of micro-batches, so an item of micro-batch *i* weighs ``1 / (len(counts) * counts[i])``.
+    ``"total_tokens"``: each micro-batch's summed loss divided by all the items, so every item weighs
+    ``1 / sum(counts)``, exactly as in one big batch.
+    """
+    checks.choice(normalize, "normalize", NORMALIZE)
+    if not counts:
+        raise ValueError("counts must hold at least one micro-batch's item count")
+    counts = [checks.integer(n, "counts", 1) for n in counts]
+    if normalize == "micro_mean":
+        return [1 / (len(counts) * n) for n in counts]
+    return [1 / sum(counts)] * len(counts)
+
+
 def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Tensor, ...]:
     """Split ``tensor`` along its first dimension into equal micro-batches (the size must divide it)."""
     accumulation_steps_for(tensor.shape[0], micro_batch_size)
@@ -95,9 +128,9 @@ def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Te
 # --------------------------------------------------------------------------------------------
 # The equality check
 # --------------------------------------------------------------------------------------------
-def seed_example(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
-    """The lesson's example: ``manual_seed(seed)``, then ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``.
-    """
+def linear_example(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+    """The first check: ``manual_seed(seed)``, ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``."""
+    checks.integer(seed, "seed", 0)
     torch.manual_seed(seed)
     model = nn.Linear(10, 1)
     x, y = torch.randn(64, 10), torch.randn(64, 1)
@@ -486,7 +519,7 @@ def token_gradients(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor
     the whole batch (the fix; equals the big batch's mean token loss). ``micro_batch_size`` equal to
     the batch gives the big-batch gradient.
     """
-    checks.choice(normalize, "normalize", ("micro_mean", "total_tokens"))
+    checks.choice(normalize, "normalize", NORMALIZE)
     steps = accumulation_steps_for(tokens.shape[0], micro_batch_size)
     total_tokens = int((labels != IGNORE_INDEX).sum())
     if total_tokens == 0:

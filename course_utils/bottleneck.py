@@ -3,6 +3,13 @@
 Pure estimates from :mod:`course_utils.step_memory` (nothing is run or measured): the step's parts at its peak
 moment, then every combination of gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient
 accumulation and cheaper methods (full -> LoRA -> LoRA on a 16-bit base -> QLoRA), ranked.
+
+Time is estimated from the arithmetic of a step (see :func:`arithmetic_time_factor`). That is a fair first guess for
+checkpointing (one more forward) and for a change of method, but not for gradient accumulation: it does the
+same arithmetic in more, smaller steps, and a smaller micro-batch uses the hardware less well while every step
+adds fixed work (launching kernels, reading every weight again, adding into the kept gradients). How much
+slower depends on the micro-batch and the machine, so an option with accumulation gives its arithmetic factor
+as a floor ("x1.00 or more") and says to measure it, instead of a number it cannot know.
 """
 from __future__ import annotations
 
@@ -33,6 +40,15 @@ class Option:
     def peak_gb(self) -> float:
         return self.peak_bytes / GB
 
+    @property
+    def time_is_floor(self) -> bool:
+        """True when ``time_factor`` is only a lower bound: the option splits the batch into micro-batches."""
+        return self.micro_batches > 1
+
+    def time_text(self) -> str:
+        """The time estimate in words: ``time x1.33``, or ``time x1.00 or more`` with accumulation."""
+        return f"time x{self.time_factor:.2f}" + (" or more" if self.time_is_floor else "")
+
 
 @dataclass
 class Diagnosis:
@@ -62,7 +78,7 @@ class Diagnosis:
         else:
             lines.append("Tricks that move it under the budget (same method first, fewest changes first):")
             for o in fitting[:limit]:
-                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, time x{o.time_factor:.2f} ({o.cost})")
+                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, {o.time_text()} ({o.cost})")
         return "\n".join(lines)
 
 
@@ -71,7 +87,8 @@ _METHOD_NAMES = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "Q
 _COSTS = {
     "checkpointing": "one extra forward of every layer",
     "adamw8bit": "about the same time on a GPU (fused kernel)",
-    "accumulation": "same arithmetic in smaller pieces; slower if the small micro-batch leaves the GPU idle",
+    "accumulation": ("same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
+                     "micro-batch uses the hardware less well: measure how much slower"),
     "lora": "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic",
     "lora-bf16": "like LoRA; bfloat16 matmuls are faster on Ampere+",
     "qlora": "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)",
@@ -83,8 +100,19 @@ def _kinds(option: Option) -> frozenset[str]:
     return frozenset("accumulation" if c.startswith("micro-batch") else c for c in option.changes)
 
 
-def _time_factor(method: str, new_method: str, checkpointing: bool, new_checkpointing: bool) -> float:
-    """Relative time from the arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen)."""
+def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = False,
+                           new_checkpointing: bool = False) -> float:
+    """Relative time of a step from its arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen);
+    checkpointing adds one forward. Full fine-tuning with checkpointing: 4/3; LoRA instead of full: 2/3.
+
+    Splitting the batch into micro-batches does not change this arithmetic, so it does not enter here: for
+    accumulation this factor is a floor (see :attr:`Option.time_is_floor`).
+    """
+    checks.choice(method, "method", METHODS)
+    checks.choice(new_method, "new_method", METHODS)
+    checks.flag(checkpointing, "checkpointing")
+    checks.flag(new_checkpointing, "new_checkpointing")
+
     def cost(m: str, ck: bool) -> float:
         fwd, bwd = 1.0, 2.0 if m == "full" else 1.0
         return fwd + bwd + (fwd if ck else 0.0)
@@ -102,8 +130,8 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
     examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
     on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
     changes what is trained, not only the cost), then those with fewer changes. Time factors come from the
-    arithmetic of a step (forward 1, backward 2 when weights train, about 1 when they are frozen;
-    checkpointing adds a forward); accumulation is counted as the same arithmetic. ``device`` ``"cuda"``
+    arithmetic of a step (:func:`arithmetic_time_factor`); with accumulation that factor is only a floor
+    (same arithmetic, more and smaller steps: slower by an amount only a measurement tells). ``device`` ``"cuda"``
     compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
     16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number.)
     """
@@ -145,11 +173,12 @@ def _option(config: Any, common: dict[str, Any], budget_gb: float, *, method: st
     if eight_bit and optimizer != "adamw8bit":
         moves.append(("8-bit AdamW", _COSTS["adamw8bit"]))
     if k > 1:
-        moves.append((f"micro-batch {batch // k} x {k} accumulation steps", _COSTS["accumulation"]))
+        moves.append((f"micro-batch {batch // k} x {k} accumulation steps", _COSTS["accumulation"].format(k=k)))
     if not moves:
         return None
     return Option(tuple(m for m, _ in moves), new.peak_bytes, new.peak_gb <= budget_gb,
-                  _time_factor(method, new_method, checkpointing, new_checkpointing), "; ".join(c for _, c in moves),
+                  arithmetic_time_factor(method, new_method, checkpointing, new_checkpointing),
+                  "; ".join(c for _, c in moves),
                   method_changed=new_method != method, micro_batches=k)
 
 

@@ -83,9 +83,10 @@ def _positive_whole(text: str) -> int:
 
 def _budget_sizes(text: str) -> list[mem.Budget]:
     items = [item.strip().upper().removesuffix("GB").strip() for item in text.split(",")]
-    if not all(_SIZE.match(item) or item.startswith("-") for item in items):
-        raise ValueError(f"{text!r}: budgets are sizes in GB separated by commas, e.g. 12,24")
-    values = [float(item) for item in items]
+    try:
+        values = [float(item) for item in items]
+    except ValueError:
+        raise ValueError(f"{text!r}: budgets are sizes in GB separated by commas, e.g. 12,24") from None
     bad = [v for v in values if not math.isfinite(v) or v <= 0]
     if bad:
         raise ValueError(f"every budget must be > 0 GB, got {bad[0]:g}")

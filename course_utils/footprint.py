@@ -204,13 +204,44 @@ def computed_sizes(config: Any, name: str | None = None) -> ComputedSizes:
 
 
 # --------------------------------------------------------------------------------------------
-# A Llama-shaped model by formula (for the interactive demo)
+# A Llama-shaped model by formula (for the interactive demo), and Llama 3's real shapes
 # --------------------------------------------------------------------------------------------
-#: Which parts of :func:`llama_like_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
+#: Meta's Llama 3 8B, the fields of its ``config.json`` that decide its size (meta-llama/Meta-Llama-3-8B):
+#: 32 query heads share 8 key/value heads (grouped-query attention), so k and v are a quarter as wide as q.
+LLAMA3_8B: dict[str, Any] = {
+    "_name_or_path": "meta-llama/Meta-Llama-3-8B",
+    "_source": "config.json of meta-llama/Meta-Llama-3-8B (the fields that decide its size)",
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "mlp_bias": False,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "torch_dtype": "bfloat16",
+}
+#: Meta's Llama 3 70B (meta-llama/Meta-Llama-3-70B): 64 query heads share 8 key/value heads, an eighth of q.
+LLAMA3_70B: dict[str, Any] = {
+    **LLAMA3_8B,
+    "_name_or_path": "meta-llama/Meta-Llama-3-70B",
+    "_source": "config.json of meta-llama/Meta-Llama-3-70B (the fields that decide its size)",
+    "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+}
+
+#: Which parts of :func:`architecture_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
 _LLAMA_GROUPS = {"embed_tokens": "embedding table", "q_proj": "attention linears", "k_proj": "attention linears",
                  "v_proj": "attention linears", "o_proj": "attention linears", "gate_proj": "MLP linears",
                  "up_proj": "MLP linears", "down_proj": "MLP linears", "input_layernorm": "norms",
-                 "post_attention_layernorm": "norms", "norm": "norms", "lm_head": "lm_head"}
+                 "post_attention_layernorm": "norms", "norm": "norms", "q_norm": "norms", "k_norm": "norms",
+                 "lm_head": "lm_head"}
+
+
+def architecture_parts(arch: Architecture) -> dict[str, int]:
+    """Parameter counts by part of an :class:`Architecture` (no torch): the linears are what 4 bits shrink."""
+    if not isinstance(arch, Architecture):
+        raise TypeError(f"arch must be a course_utils.architecture.Architecture, got {type(arch).__name__}")
+    parts = {"embedding table": 0, "attention linears": 0, "MLP linears": 0, "linear biases": 0, "norms": 0,
+             "lm_head": 0}
+    for name, numel, _ in arch.param_tensors():
+        parts["linear biases" if name.endswith(".bias") else _LLAMA_GROUPS[name]] += numel
+    return parts
 
 
 def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_ratio: float = 8 / 3,
@@ -219,7 +250,8 @@ def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_
 
     Per layer: q and o are hidden x hidden, k and v hidden x (kv_fraction * hidden), gate/up/down use
     an intermediate size of mlp_ratio * hidden, plus two norms. SmolLM2-135M is hidden 576, 30 layers,
-    vocab 49,152, mlp_ratio 1536/576, kv_fraction 1/3, tied: exactly 134,515,008.
+    vocab 49,152, mlp_ratio 1536/576, kv_fraction 1/3, tied: exactly 134,515,008. Llama 3 8B is hidden 4096,
+    32 layers, vocab 128,256, mlp_ratio 3.5, kv_fraction 1/4 (8 of 32 heads), untied: 8,030,261,248.
     """
     checks.integer(hidden_size, "hidden_size", 64, 16384)
     checks.integer(num_layers, "num_layers", 1, 200)
@@ -227,28 +259,43 @@ def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_
     mlp_ratio = checks.number(mlp_ratio, "mlp_ratio", 0.5, 8)
     kv_fraction = checks.number(kv_fraction, "kv_fraction", 0, 1, low_open=True)
     checks.flag(tied, "tied")
-    kv_width = round(kv_fraction * hidden_size)
+    kv_width = max(1, round(kv_fraction * hidden_size))
     head_dim = math.gcd(hidden_size, kv_width)  # heads of this width give q exactly hidden wide and k, v kv_width wide
     arch = Architecture(model_type="llama", vocab=vocab_size, hidden=hidden_size,
                         intermediate=round(mlp_ratio * hidden_size), layers=num_layers,
                         heads=hidden_size // head_dim, kv_heads=kv_width // head_dim, head_dim=head_dim, tied=tied)
-    parts = {"embedding table": 0, "attention linears": 0, "MLP linears": 0, "norms": 0, "lm_head": 0}
-    for name, numel, _ in arch.param_tensors():
-        parts[_LLAMA_GROUPS[name]] += numel
-    return parts
+    return architecture_parts(arch)
 
 
-def four_bit_ratio_report(hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True,
-                          mlp_ratio: float = 8 / 3) -> str:
-    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %."""
-    parts = llama_like_parts(hidden_size, num_layers, vocab_size, mlp_ratio=mlp_ratio, tied=tied)
+def _ratio_lines(parts: dict[str, int]) -> str:
+    """The sizes and the 16-bit share of a model, from its parts (the linears go to 4 bits, the rest stays)."""
     total = sum(parts.values())
     linears = parts["attention linears"] + parts["MLP linears"]
     b16, b4 = 2 * total, 0.5 * linears + 2 * (total - linears)
-    return (f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, "
-            f"{'tied' if tied else 'untied'} lm_head: {total / 1e6:,.0f} M parameters\n"
-            f"16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: {100 * b4 / b16:.0f} % "
-            f"(25 % would need every weight in a linear layer)\n"
+    short = f"{total / 1e9:.2f} B" if total >= 1e9 else f"{total / 1e6:.0f} M"
+    head = f", lm_head {100 * parts['lm_head'] / total:.0f} %" if parts["lm_head"] else ""
+    return (f"{total:,} parameters ({short}): 16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: "
+            f"{100 * b4 / b16:.0f} % (25 % would need every weight in a linear layer)\n"
             f"stays 16-bit: {100 * (total - linears) / total:.0f} % of the parameters "
-            f"(embedding table {100 * parts['embedding table'] / total:.0f} %"
-            f"{', lm_head ' + format(100 * parts['lm_head'] / total, '.0f') + ' %' if parts['lm_head'] else ''})")
+            f"(embedding table {100 * parts['embedding table'] / total:.0f} %{head})")
+
+
+def four_bit_ratio_report(hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True,
+                          mlp_ratio: float = 8 / 3, kv_fraction: float = 1 / 3) -> str:
+    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %."""
+    parts = llama_like_parts(hidden_size, num_layers, vocab_size, mlp_ratio=mlp_ratio, kv_fraction=kv_fraction,
+                             tied=tied)
+    return (f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, "
+            f"{'tied' if tied else 'untied'} lm_head\n{_ratio_lines(parts)}")
+
+
+def config_ratio_report(config: Any, name: str | None = None) -> str:
+    """The same report for a real architecture (a preset in ``data/configs``, a path or a dict such as
+    :data:`LLAMA3_8B`), read by :class:`Architecture`: its own head counts and MLP width, exact counts."""
+    arch = Architecture.from_config(config)
+    label = name if name is not None else arch.name
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    return (f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing "
+            f"{arch.kv_heads} key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, "
+            f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(architecture_parts(arch))}")

@@ -1,9 +1,11 @@
 """Real model or stand-in? The online/offline decision, made up front and fast.
 
-Left to itself, the Hugging Face Hub client retries for about 46 s before failing, which is a long silence in
-front of a class. :func:`decide_source` decides in about a second at most: no CUDA GPU, or ``HF_HUB_OFFLINE``
-set, decides at once; otherwise one quick TCP connection to the Hub. Nothing heavy is imported here (torch
-only inside :func:`decide_source`).
+The rule: the Hub reachable -> the real small model, :data:`REAL_MODEL` (SmolLM2-135M-Instruct, which loads and
+trains on a CPU as well as on a GPU); offline -> the stand-in (:mod:`course_utils.standin`), the same
+architecture with random weights. Left to itself, the Hugging Face Hub client retries for a long while before
+failing, a long silence in front of a class: :func:`decide_source` decides in about a second at most.
+``HF_HUB_OFFLINE`` set decides at once; otherwise one quick TCP connection to the Hub. Nothing heavy is imported
+here (no torch).
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from urllib.parse import urlparse
 
 from course_utils import checks
 
-#: The lesson's real model (loaded only with a CUDA GPU and a reachable Hub).
-REAL_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+#: The real model the notebook loads wherever the Hub is reachable, on a CPU or a GPU: the stand-in's architecture.
+REAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The lesson's own example model: its sizes are computed on the meta device; loaded only on a CUDA GPU.
+LESSON_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
@@ -82,16 +86,12 @@ class Decision:
 def decide_source(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5) -> Decision:
     """Real model or stand-in? Decided in at most ``timeout_s`` seconds, without the Hub client's retries.
 
-    1. No CUDA GPU -> stand-in: the real model is the GPU path (on a CPU it would take minutes to load and run).
-    2. ``HF_HUB_OFFLINE`` set -> the real model only if it is already in the local cache, else the stand-in.
-    3. Otherwise one quick TCP connection to the Hub decides.
+    1. ``HF_HUB_OFFLINE`` set -> the real model only if it is already in the local cache, else the stand-in.
+    2. Otherwise one quick TCP connection to the Hub decides: reachable -> the real model, on a CPU or a GPU
+       alike (the device decides only how it loads, see :func:`course_utils.models.load_settings`).
     """
     if not isinstance(model_name, str) or "/" not in model_name:
         raise ValueError(f"model_name must be a Hub id such as {REAL_MODEL!r}, got {model_name!r}")
-    import torch
-
-    if not torch.cuda.is_available():
-        return Decision("standin", "no CUDA GPU here: the real model is the GPU path")
     if hub_offline_env():
         if cached_on_disk(model_name):
             return Decision("real", "HF_HUB_OFFLINE is set, and the model is already in the local cache")
@@ -99,4 +99,4 @@ def decide_source(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5) -> De
     if not hub_reachable(timeout_s=timeout_s):
         host, port = hub_address()
         return Decision("standin", f"the Hub ({host}:{port}) did not answer within {timeout_s:g} s")
-    return Decision("real", "a CUDA GPU is here and the Hub is reachable")
+    return Decision("real", "the Hub is reachable: the real model downloads once, then loads from the local cache")

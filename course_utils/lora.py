@@ -117,9 +117,24 @@ class LoraCount:
         return 100 * self.trainable / self.base
 
     def summary(self) -> str:
-        """peft's line, plus the share of the base model."""
+        """peft's line (trainable% = trainable / all params, base + adapter), plus the share of the base alone."""
         return (f"{self.name}: trainable params: {self.trainable:,} || all params: {self.all_params:,} || "
-                f"trainable%: {self.percent:.2f} ({self.percent_of_base:.2f} % of the {self.base:,} base parameters)")
+                f"trainable%: {self.percent:.2f}  (of the base alone, {self.base:,}: {self.percent_of_base:.2f} %)")
+
+
+def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The LoRA tensors of a peft model by name (``...lora_A.default.weight``, ``...lora_B...``)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a peft model), got {type(model).__name__}")
+    return {name: p for name, p in model.named_parameters() if ".lora_A." in name or ".lora_B." in name}
+
+
+def same_adapters(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """True when two peft models hold the same LoRA tensors: same names, shapes, dtypes and values."""
+    ta, tb = adapter_tensors(a), adapter_tensors(b)
+    if not ta or ta.keys() != tb.keys():
+        return False
+    return all(ta[n].dtype == tb[n].dtype and torch.equal(ta[n].detach().cpu(), tb[n].detach().cpu()) for n in ta)
 
 
 def trainable_counts(model: torch.nn.Module) -> tuple[int, int]:

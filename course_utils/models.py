@@ -173,14 +173,18 @@ def load_settings(bits: int = 16, device: torch.device | str | None = None) -> d
             "quantization_config": quantization_config(bits, dtype)}
 
 
-def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None) -> Any:
+def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None,
+               keep_trainable: bool = True) -> Any:
     """Load a causal LM in 16 bits, or quantized to 8 or 4 bits on the fly, with one ``from_pretrained`` call.
 
     The same call serves the real model (a Hub id) and the stand-in (its cache folder); the arguments
     come from :func:`load_settings` (the device decides the 16-bit dtype). 8 and 4 bits without
-    bitsandbytes raise a RuntimeError that says so.
+    bitsandbytes raise a RuntimeError that says so. A 4-bit model also gets :func:`keep_4bit_trainable_on_cpu`
+    (``keep_trainable``, default True), so that generating text before QLoRA training cannot break the training
+    on a CPU with AVX-512-bf16 (elsewhere it changes nothing).
     """
     check_load_bits(bits)
+    checks.flag(keep_trainable, "keep_trainable")
     name = _name_of(choice)
     settings = load_settings(bits, device)
     from transformers import AutoModelForCausalLM
@@ -188,7 +192,20 @@ def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torc
     with quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(name, **settings)
     model.eval()
+    if bits == 4 and keep_trainable and isinstance(model, torch.nn.Module):
+        keep_4bit_trainable_on_cpu(model)
     return model
+
+
+def quantized_layer_count(model: torch.nn.Module) -> int:
+    """How many layers of ``model`` are bitsandbytes 4-bit or 8-bit linears (0 without bitsandbytes)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    bnb = import_bitsandbytes()
+    if bnb is None:
+        return 0
+    kinds = (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
+    return sum(isinstance(module, kinds) for module in model.modules())
 
 
 def load_tokenizer(choice: ModelChoice | str | Path) -> Any:
@@ -232,6 +249,19 @@ class _MaskFrom:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         scores[:, self.start:] = float("-inf")
         return scores
+
+
+def printable(text: str) -> str:
+    """``text`` with every unprintable character written as its escape: ``\\x12``, ``\\n``, ``\\ufffd``.
+
+    Control characters would move the cursor, ring a bell or break a notebook's output; the replacement
+    character U+FFFD (what a decoder writes for bytes that are not UTF-8) is escaped too, so it reads as
+    what it is. Ordinary text, spaces included, is unchanged.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    return "".join(ch if ch == " " or (ch.isprintable() and ch != "\ufffd")
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 10) -> str:

@@ -122,7 +122,8 @@ def track_peak(device: Any = None) -> Iterator[WorkPeak]:
     reading.start_bytes = current_rss_bytes()
     yield reading
     reading.bytes = rss_high_water_mark_bytes()
-    reading.what = ("CPU: peak resident memory of this process during the work (VmHWM, reset at its start)"
+    reading.what = ("CPU: peak resident memory of this process during the work (its high-water mark, reset at "
+                    "its start; the CPU stand-in for torch.cuda.max_memory_allocated)"
                     if reset else
                     "CPU: peak resident memory of this process since it started (no reset possible here)")
 

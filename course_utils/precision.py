@@ -6,8 +6,8 @@ The notebook ``02_mixed_precision`` calls these helpers. They fall into five gro
 * **tiny updates**: :func:`apply_update`, :func:`smallest_surviving_update`, :func:`repeated_updates`,
   :func:`update_report` (why the update ``w - lr * grad`` must happen in float32);
 * **range and loss scaling**: :func:`cast_value`, :func:`synthetic_gradients`, :func:`fp16_cast_stats`;
-* **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`time_matmul`,
-  :func:`timing_report`;
+* **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`all_formats_size`,
+  :func:`time_matmul` (``torch.utils.benchmark.Timer(...).blocked_autorange(...)``), :func:`timing_report`;
 * **training and libraries**: :func:`mixed_precision_plan`, :func:`train_mixed_precision` (on the course's
   digits task and MLP from :mod:`course_utils.digits`), :func:`compare_runs` (a 16-bit run against float32,
   within a tolerance that holds on every processor), :func:`training_arguments_kwargs`, :func:`library_settings`.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -340,6 +340,14 @@ def autocast_op_dtypes(device: torch.device | str | None = None,
 MAX_MATMUL_SIZE = 16384
 #: Largest side the size widget offers on a CPU (a 4096² float32 matmul takes about 1-2 s on 2 cores).
 MAX_CPU_WIDGET_SIZE = 4096
+#: Largest side float16 is timed at on a CPU. Most CPUs have no float16 matrix instructions, and PyTorch's CPU
+#: float16 matmul is tens to hundreds of times slower than float32: one 256² multiply takes tens of milliseconds
+#: on a 2-core CPU, a 2048² one most of a minute.
+CPU_FLOAT16_MAX_SIZE = 256
+#: Seconds of timed runs a timing collects at least: ``Timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S)``.
+MIN_RUN_TIME_S = 0.2
+#: The statement every timing runs, on two square matrices ``a`` and ``b``.
+MATMUL_STMT = "a @ b"
 
 
 class MatmulTiming(NamedTuple):
@@ -348,8 +356,9 @@ class MatmulTiming(NamedTuple):
     size: int
     dtype: str
     device: str
-    ms: float        # milliseconds per multiply (mean over the timed runs)
+    ms: float        # milliseconds per multiply (median of blocked_autorange's blocks, or mean of timeit's runs)
     tflops: float    # achieved throughput, 2 * size**3 floating-point operations per multiply
+    measurement: Any = None  # the torch.utils.benchmark Measurement behind it (None when built by hand)
 
     @property
     def gflops(self) -> float:
@@ -363,17 +372,36 @@ def matmul_flops(size: int) -> int:
 
 
 def default_matmul_size(device: torch.device | str | None = None) -> int:
-    """4096 on a GPU (the lesson's size); 2048 on a CPU, where one 4096² float32 multiply takes seconds."""
+    """A large multiply's side: 4096 on a GPU; 2048 on a CPU, where one 4096² float32 multiply takes seconds.
+
+    :func:`timing_refusal` judges this size when it is given none.
+    """
     return 4096 if hardware.as_device(device).type == "cuda" else 2048
 
 
-def timing_refusal(dtype: str | torch.dtype, device: torch.device | str | None = None) -> str | None:
-    """Why ``dtype`` should not be timed on ``device``, or None when timing it is fine."""
+def all_formats_size(device: torch.device | str | None = None) -> int:
+    """The side at which the lesson times float32, bfloat16 and float16 side by side on ``device``.
+
+    4096 on a GPU (large enough to keep its tensor cores busy); :data:`CPU_FLOAT16_MAX_SIZE` on a CPU, so that
+    the slow float16 multiply stays well under a second there.
+    """
+    return 4096 if hardware.as_device(device).type == "cuda" else CPU_FLOAT16_MAX_SIZE
+
+
+def timing_refusal(dtype: str | torch.dtype, device: torch.device | str | None = None,
+                   size: int | None = None) -> str | None:
+    """Why ``dtype`` should not be timed at ``size`` on ``device``, or None when timing it is fine.
+
+    Only float16 on a CPU is refused, and only above :data:`CPU_FLOAT16_MAX_SIZE`; ``size`` None means
+    :func:`default_matmul_size` (so float16 is refused at a CPU's default 2048 and timed on a GPU).
+    """
     dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    if dt == torch.float16 and dev.type == "cpu":
-        return ("float16 is not timed on a CPU: CPUs have no fast float16 matrix units, and PyTorch's CPU float16 "
-                "matmul is 100-1000x slower than float32 (a 2048² multiply took 43 s on a 2-core Intel Xeon). "
-                "Compare float32 with bfloat16 on a CPU, float32 with float16 on a T4.")
+    size = default_matmul_size(dev) if size is None else checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
+    if dt == torch.float16 and dev.type == "cpu" and size > CPU_FLOAT16_MAX_SIZE:
+        n = CPU_FLOAT16_MAX_SIZE
+        return (f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
+                f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
+                f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16.")
     return None
 
 
@@ -390,7 +418,7 @@ def cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: 
     ``seconds_at(n)`` times one ``n x n`` multiply. Starting at ``probe_size``, each measured side predicts the
     next: a multiply costs ``2 n**3`` operations, so doubling the side takes 8 times as long. The climb stops
     where ``runs`` multiplies of the next side would exceed the budget. A CPU without fast 16-bit instructions
-    can be hundreds of times slower in bfloat16 than in float32; this keeps a timing cell short there, and
+    can be many times slower in bfloat16 than in float32; this keeps a timing cell short there, and
     measuring each step (rather than extrapolating from the smallest) keeps a busy machine's pauses from
     shrinking a fast multiply.
     """
@@ -422,32 +450,59 @@ def _cpu_seconds(dtype: torch.dtype) -> Callable[[int], float]:
     return seconds_at
 
 
+def random_matrices(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
+                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random ``size x size`` matrices in ``dtype`` on ``device``, from their own generator (``seed``).
+
+    They are drawn in float32 on the CPU and then converted, so every device and dtype gets the same numbers
+    (rounded to the format), and the global random state is left as it was.
+    """
+    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
+    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
+    g = torch.Generator().manual_seed(checks.integer(seed, "seed", 0))
+    a = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
+    b = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
+    return a, b
+
+
 def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
-                repeats: int | None = None, seed: int = 0) -> MatmulTiming:
+                repeats: int | None = None, seed: int = 0, min_run_time: float = MIN_RUN_TIME_S) -> MatmulTiming:
     """Time ``a @ b`` for two random ``size x size`` matrices in ``dtype`` with ``torch.utils.benchmark``.
 
-    ``Timer.timeit`` warms up first (at least 2 untimed runs) and synchronizes a GPU before reading the clock,
-    so the asynchronous CUDA launches are really finished. ``repeats`` timed runs (default: 3 on a CPU,
-    50 on a GPU) give the mean time per multiply. On a CPU, a small multiply first predicts the time; if all
-    the runs would take more than :data:`CPU_TIMING_BUDGET_S`, smaller matrices are timed instead (see
-    :func:`cpu_size_within_budget`; the returned ``size`` says which side was timed).
+    The call the notebook shows, on all of torch's CPU threads (``Timer`` would use one by default)::
+
+        Timer(stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+            .blocked_autorange(min_run_time=min_run_time)
+
+    ``blocked_autorange`` warms up, picks a block of runs long enough to hide the clock's overhead, and repeats
+    blocks for at least ``min_run_time`` seconds; ``ms`` is the median time per multiply. It synchronizes a GPU
+    before reading the clock, so the asynchronous CUDA launches are really finished. With ``repeats`` it runs
+    ``Timer.timeit(repeats)`` instead (after at least 2 untimed runs) and ``ms`` is their mean (scripts/gpu_check
+    uses this). On a CPU, float16 is refused above :data:`CPU_FLOAT16_MAX_SIZE` (:func:`timing_refusal`), and
+    a small multiply first predicts the time: if the runs would take more than :data:`CPU_TIMING_BUDGET_S`,
+    smaller matrices are timed instead (see :func:`cpu_size_within_budget`; ``size`` in the result says which).
     """
     from torch.utils import benchmark  # imported on use: it is not needed elsewhere
 
     size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         raise ValueError(f"dtype: {refusal}")
-    if repeats is None:
-        repeats = 50 if dev.type == "cuda" else 3
-    repeats = checks.integer(repeats, "repeats", 1, 1000)
+    if repeats is not None:
+        repeats = checks.integer(repeats, "repeats", 1, 1000)
+    min_run_time = checks.positive(min_run_time, "min_run_time", 10)
     if dev.type == "cpu":
-        size = cpu_size_within_budget(size, _cpu_seconds(dt), repeats + 2)
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
-    b = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
-    measurement = benchmark.Timer("a @ b", globals={"a": a, "b": b}).timeit(repeats)
-    seconds = measurement.mean
-    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, matmul_flops(size) / seconds / 1e12)
+        size = cpu_size_within_budget(size, _cpu_seconds(dt), 3 if repeats is None else repeats + 2)
+    a, b = random_matrices(size, dt, dev, seed)
+    timer = benchmark.Timer(stmt=MATMUL_STMT, globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    if repeats is None:
+        measurement = timer.blocked_autorange(min_run_time=min_run_time)
+        seconds = measurement.median
+    else:
+        measurement = timer.timeit(repeats)
+        seconds = measurement.mean
+    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, matmul_flops(size) / seconds / 1e12,
+                        measurement)
+
 
 
 def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> float | None:
@@ -473,8 +528,9 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
     base = timings[0]
     lines = []
     for t in timings:
+        gflops = f"{t.gflops:,.0f}" if t.gflops >= 10 else f"{t.gflops:.2g}"  # small CPU figures keep 2 digits
         line = (f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
-                f"{t.tflops:8.3f} TFLOP/s ({t.gflops:,.0f} GFLOP/s)")
+                f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)")
         if t is not base and t.size == base.size:
             speedup = base.ms / t.ms
             line += (f", {speedup:.1f}x faster than {base.dtype}" if speedup >= 1
@@ -493,7 +549,7 @@ def _timing_case(size: int, dtype: str | torch.dtype,
     """The checked size, dtype and device of a matmul timing, and why it is not timed here (None: it is)."""
     size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
     dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    return size, dt, dev, timing_refusal(dt, dev)
+    return size, dt, dev, timing_refusal(dt, dev, size)
 
 
 def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None) -> str:

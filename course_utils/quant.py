@@ -225,6 +225,29 @@ class Storage(NamedTuple):
         return self.codes + self.scales + self.zero_points
 
 
+def block_count(numel: int, block_size: int | None) -> int:
+    """How many scales a tensor of ``numel`` values gets: 1 for one scale (``None``), else ``ceil(numel / block)``."""
+    numel = checks.integer(numel, "numel", 1)
+    block_size = check_block_size(block_size)
+    return 1 if block_size is None or block_size >= numel else math.ceil(numel / block_size)
+
+
+def packed_storage(numel: int, bits: int, block_size: int | None = None, symmetric: bool = True,
+                   scale_bytes: int = SCALE_BYTES) -> Storage:
+    """Bytes of ``numel`` values in a ``bits``-bit format, without quantizing anything (:func:`storage`'s sums).
+
+    Codes packed at ``bits`` bits, ``scale_bytes`` per block (one block when ``block_size`` is None), and for
+    an asymmetric format one zero-point per block packed at ``bits`` bits. Example: a 4096 x 4096 matrix in
+    int4 with a float32 scale per 64 weights takes 8,388,608 + 1,048,576 = 9,437,184 bytes.
+    """
+    bits = check_bits(bits)
+    symmetric = checks.flag(symmetric, "symmetric")
+    scale_bytes = checks.integer(scale_bytes, "scale_bytes", 1)  # 4 for float32, 2 for 16-bit
+    blocks = block_count(numel, block_size)
+    return Storage(codes=math.ceil(numel * bits / 8), scales=blocks * scale_bytes,
+                   zero_points=0 if symmetric else math.ceil(blocks * bits / 8))
+
+
 def storage(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> Storage:
     """Bytes of ``q``: codes packed at ``bits`` bits, ``scale_bytes`` per scale, zero-points packed at ``bits`` bits."""
     if not isinstance(q, QuantizedTensor):
@@ -380,20 +403,37 @@ def format_eight_numbers(table: EightNumbers) -> str:
 NF4_OFFSET = (1 - 1 / (2 * 15) + 1 - 1 / (2 * 16)) / 2  # 0.96770833...
 
 
-def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
-    """The 16 NF4 levels in [-1, 1], derived from quantiles of the standard normal distribution.
+def nf4_probabilities(offset: float = NF4_OFFSET) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probabilities NF4's levels are quantiles of: ``(positive, negative)``, 8 and 7 of them (float64).
 
-    Weights of trained networks look roughly normal, so levels should be dense near 0 and sparse in the
-    tails. NF4 takes 8 evenly spaced probabilities from ``offset`` down to 0.5 for the positive side and 7
-    for the negative side, turns each into a z-score with the inverse normal CDF (``ndtri``), adds an exact
-    0, and divides by the largest so the levels span [-1, 1]. The extra positive level is the price of
-    having an exact zero in 16 (an even number of) levels. ``offset`` keeps the outermost quantile finite.
+    As bitsandbytes' ``create_normal_map``: the positive side is ``linspace(offset, 0.5, 9)[:-1]`` and the
+    negative side ``linspace(offset, 0.5, 8)[:-1]``, both from ``offset`` down towards 0.5, and both drop the
+    last point, 0.5 itself (its quantile, 0, is added once, as the exact zero level). The two sides are spaced
+    differently: steps of ``(offset - 0.5) / 8`` and ``(offset - 0.5) / 7``.
     """
     offset = checks.number(offset, "offset", 0.5, 1, low_open=True)
     if offset == 1:
         raise ValueError("offset must be below 1: the quantile of 1 is infinite, got 1.0")
-    pos = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
-    neg = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
+    positive = torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1]
+    negative = torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1]
+    return positive, negative
+
+
+def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
+    """The 16 NF4 levels in [-1, 1], derived from quantiles of the standard normal distribution.
+
+    Weights of trained networks look roughly normal, so levels should be dense near 0 and sparse in the
+    tails. The construction is bitsandbytes' ``create_normal_map`` (QLoRA's NF4): take the 8 + 7
+    probabilities of :func:`nf4_probabilities` (from ``offset`` towards 0.5, 0.5 excluded), turn each into a
+    z-score with the inverse normal CDF (``ndtri``, scipy's ``norm.ppf``; the negative side gets a minus
+    sign), add one exact 0, sort, and divide by the largest so the levels span [-1, 1]. The extra positive
+    level is the price of having an exact zero in 16 (an even number of) levels. ``offset`` keeps the
+    outermost quantile finite. Computed in float64 here; bitsandbytes ships the same 16 values hard-coded,
+    which agree with these to about 2e-7.
+    """
+    positive, negative = nf4_probabilities(offset)
+    pos = torch.special.ndtri(positive)
+    neg = -torch.special.ndtri(negative)
     levels = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
     return (levels / levels.max()).to(torch.float32)
 

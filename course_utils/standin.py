@@ -1,9 +1,9 @@
-"""The stand-in: a real architecture with random weights, for machines without a GPU or the Hub.
+"""The stand-in: a real architecture with random weights, for machines that cannot reach the Hub.
 
-Where the lesson's real model cannot load (see :func:`course_utils.hub.decide_source`), the course uses the
-real SmolLM2-135M architecture, rebuilt from the config file shipped in ``data/configs`` (exactly 134,515,008
-parameters), with random weights drawn from a fixed random seed and saved once to a cache folder outside the
-repository. The stand-in then goes through the very same ``from_pretrained`` call, the same
+Where the real model (SmolLM2-135M-Instruct) cannot be downloaded (see :func:`course_utils.hub.decide_source`),
+the course uses the same SmolLM2-135M architecture, rebuilt from the config file shipped in ``data/configs``
+(exactly 134,515,008 parameters), with random weights drawn from a fixed random seed and saved once to a cache
+folder outside the repository. The stand-in then goes through the very same ``from_pretrained`` call, the same
 ``BitsAndBytesConfig`` and the same peft calls as the real model, so every footprint and parameter count is
 real; only its generated text is noise.
 """
@@ -22,7 +22,7 @@ import torch
 
 from course_utils import checks, data_path
 from course_utils.hub import REAL_MODEL, decide_source
-from course_utils.models import dtype_kwargs, transformers_config
+from course_utils.models import dtype_kwargs, printable, transformers_config
 from course_utils.quiet import quiet_libraries
 
 #: The stand-in's architecture config, shipped in ``data/configs`` (file name).
@@ -110,10 +110,45 @@ class ModelChoice:
         """Prefix for every printed line, so nobody mistakes stand-in numbers or text for the real model's."""
         return "[STAND-IN: SmolLM2-135M architecture, random weights]" if self.is_standin else f"[{self.name}]"
 
+    def show_text(self, text: str) -> str:
+        """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).
+
+        The stand-in's random weights write noise, often with control bytes in it: the line says so, and
+        :func:`course_utils.models.printable` turns each unprintable character into an escape such as ``\\x12``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string (what generate_text returned), got {type(text).__name__}")
+        if self.is_standin:
+            return (f"{self.label} random-weight output (noise, not an answer; unprintable characters escaped): "
+                    f"'{printable(text)}'")
+        return f"{self.label} answer: '{printable(text)}'"
+
 
 def choose_model(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5, seed: int = 0) -> ModelChoice:
-    """Decide (:func:`course_utils.hub.decide_source`), build the stand-in if needed (:func:`ensure_standin`)."""
+    """The real model if the Hub is reachable (CPU or GPU), else the stand-in, built on first use.
+
+    Decided by :func:`course_utils.hub.decide_source`; the stand-in is built by :func:`ensure_standin`.
+    """
     decision = decide_source(model_name, timeout_s=timeout_s)
     if decision.source == "real":
         return ModelChoice(model_name, False, decision.reason)
     return ModelChoice(str(ensure_standin(seed=seed)), True, decision.reason)
+
+
+def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) -> str | None:
+    """Why the lesson's own Qwen2.5-1.5B-Instruct is not loaded here, or None when it is (a GPU, the Hub, 4 bits).
+
+    It is the GPU path: on a CPU its 4-bit load alone takes minutes. ``choice`` tells whether the Hub answered;
+    ``no_4bit`` is :func:`course_utils.models.bitsandbytes_missing`'s answer.
+    """
+    if not isinstance(choice, ModelChoice):
+        raise TypeError(f"choice must be the ModelChoice from choose_model, got {type(choice).__name__}")
+    if no_4bit is not None and not isinstance(no_4bit, str):
+        raise TypeError(f"no_4bit must be None or the reason string of bitsandbytes_missing, got {no_4bit!r}")
+    if not torch.cuda.is_available():
+        return "it needs a CUDA GPU (on a CPU its 4-bit load alone takes minutes), and there is none here"
+    if choice.is_standin:
+        return f"it downloads from the Hub, which is not available here ({choice.reason})"
+    if no_4bit:
+        return no_4bit
+    return None

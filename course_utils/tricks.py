@@ -270,11 +270,20 @@ def _bf16_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: fl
 
 
 def _accumulation_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+    k = TRICKS["accumulation"].change["accumulation"]
+    if speed >= 1.05:
+        time = (f"; slower: the same arithmetic runs as {k} smaller steps, each with its own fixed work, and "
+                "smaller matrix multiplies use the hardware less well")
+    elif speed <= 0.95:
+        time = (f"; not slower here, although the same arithmetic runs as {k} smaller steps: time several steps "
+                "on a quiet machine before counting on it (on a GPU small micro-batches usually cost time)")
+    else:
+        time = f"; about the same time: the same arithmetic, as {k} smaller steps"
     if memory < 0.97:
-        return f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations"
+        return f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations{time}"
     moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
     return (f"{said} for the same examples per optimizer step. The peak did not fall: the predicted peak comes at "
-            f"the {moment}, and accumulation keeps every gradient from one micro-batch to the next")
+            f"the {moment}, and accumulation keeps every gradient from one micro-batch to the next{time}")
 
 
 #: Why a trick's measurement looks the way it does, by trick (the others get the bare numbers).

@@ -23,14 +23,32 @@ Usage (from the repo root, with the course environment):
     python scripts/build_notebooks.py --no-outputs 02_mixed_precision   # overwrite an executed one, outputs dropped
     python scripts/build_notebooks.py --execute 02_mixed_precision   # one notebook
     python scripts/build_notebooks.py --check    # exit 1 if a committed notebook drifted from its source
+    python scripts/build_notebooks.py --restamp  # prose or slide markers changed, code did not: keep the outputs
+    python scripts/build_notebooks.py --slides build/slides   # export static HTML slides (reveal.js)
+
+Stamped from the sources, never written by hand:
+- the header: study time (:func:`study_minutes`), the Colab badge and prev/next links;
+- slide metadata on every cell (:func:`slide_types`): a ``#``/``##`` heading starts a slide, ``###`` a sub-slide,
+  a slide that grows taller than the screen is split, and ``# %% [markdown] slide="notes"`` (or any of
+  :data:`SLIDE_TYPES`) in a source overrides the rule for that cell. RISE (jupyterlab-rise) and nbconvert's
+  slides read it;
+- with ``--execute``, each cell's run time on this machine, into ``notebooks/cell_times.json`` and the table of
+  INSTRUCTORS.md.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import json
+import math
 import os
+import platform
+import re
+import struct
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import jupytext
@@ -140,7 +158,7 @@ def parse_source(text: str) -> list[nbformat.NotebookNode]:
     for cell in jupytext.reads(text, fmt=PERCENT).cells:
         meta, source = cell.metadata, cell.source.strip("\n")
         if cell.cell_type == "markdown":
-            cells.append(nbformat.v4.new_markdown_cell(source))
+            cells.extend(nbformat.v4.new_markdown_cell(part) for part in split_at_headings(source))
         elif cell.cell_type == "raw":
             cells.append(nbformat.v4.new_raw_cell(source))
         elif str(meta.get("title", "")).startswith("[setup]"):
@@ -150,18 +168,198 @@ def parse_source(text: str) -> list[nbformat.NotebookNode]:
             cells.append(nbformat.v4.new_code_cell(source))
             if "tags" in meta:
                 cells[-1].metadata["tags"] = list(meta["tags"])
+        if "slide" in meta:
+            if meta["slide"] not in SLIDE_TYPES:
+                raise SystemExit(f"slide marker must be one of {', '.join(SLIDE_TYPES)}; got {meta['slide']!r} "
+                                 f"in the cell starting {source[:60]!r}")
+            cells[-1].metadata["slideshow"] = {"slide_type": meta["slide"]}
     return cells
 
 
-def build(stem: str) -> nbformat.NotebookNode:
-    """The notebook for source ``notebooks/src/<stem>.py``, stamped, without outputs."""
+def split_at_headings(source: str) -> list[str]:
+    """Split a markdown cell before each heading after its first line, so each section starts a slide.
+
+    Lines inside code fences (where ``#`` starts a comment) and inside ``<details>`` blocks never split.
+    """
+    parts: list[list[str]] = [[]]
+    fenced = hidden = False
+    for line in source.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        hidden = (hidden or "<details>" in line) and "</details>" not in line
+        if line.startswith("#") and not fenced and not hidden and any(x.strip() for x in parts[-1]):
+            parts.append([])
+        parts[-1].append(line)
+    return ["\n".join(part).strip("\n") for part in parts if any(x.strip() for x in part)]
+
+
+# ---------------------------------------------------------------------------------------------------- slides
+#: The slide types RISE and nbconvert's reveal.js slides understand ("-": continue the current slide).
+SLIDE_TYPES = ("slide", "subslide", "fragment", "-", "skip", "notes")
+#: One slide's height budget in estimated pixels: a 1280 x 800 projector, less reveal.js' margins.
+SLIDE_BUDGET_PX = 700
+#: Estimated pixels: a line of prose, of code, of printed output; a widget view; a table row.
+PROSE_LINE_PX, CODE_LINE_PX, OUTPUT_LINE_PX, WIDGET_PX, ROW_PX = 26, 19, 18, 320, 34
+#: Characters in one line before it wraps: prose and code/output.
+PROSE_WRAP, CODE_WRAP = 105, 115
+
+
+def _wrapped_lines(text: str, width: int) -> int:
+    return sum(max(1, math.ceil(len(line) / width)) for line in text.splitlines()) if text else 0
+
+
+def markdown_height(source: str) -> int:
+    """Estimated pixels of a rendered markdown cell; a closed ``<details>`` shows only its summary line."""
+    source = re.sub(r"<details>.*?</details>", "<details>", source, flags=re.S)
+    height = 16
+    for line in source.splitlines():
+        if line.startswith("# "):
+            height += 64
+        elif line.startswith("## "):
+            height += 52
+        elif line.startswith("### "):
+            height += 40
+        elif line.startswith("|"):
+            height += ROW_PX
+        elif not line.strip():
+            height += 10
+        else:
+            height += PROSE_LINE_PX * _wrapped_lines(line, PROSE_WRAP)
+    return height
+
+
+def _png_height(data: str) -> int:
+    """Displayed height of a base64 PNG: its pixel height, scaled down when wider than the slide."""
+    raw = base64.b64decode(data[:64])
+    width, height = struct.unpack(">II", raw[16:24])
+    return int(height * min(1.0, 1150 / max(width, 1)))
+
+
+def output_height(output: dict) -> int:
+    """Estimated pixels of one cell output."""
+    if output.get("output_type") == "stream":
+        return OUTPUT_LINE_PX * _wrapped_lines(str(output.get("text", "")), CODE_WRAP)
+    data = output.get("data", {})
+    if "image/png" in data:
+        return _png_height(data["image/png"])
+    if "application/vnd.jupyter.widget-view+json" in data:
+        return WIDGET_PX
+    if "text/html" in data:
+        return 20 + ROW_PX * max(1, str(data["text/html"]).count("<tr"))
+    if "text/markdown" in data:
+        return markdown_height(str(data["text/markdown"]))
+    return OUTPUT_LINE_PX * _wrapped_lines(str(data.get("text/plain", "")), CODE_WRAP)
+
+
+def cell_height(cell: dict) -> int:
+    """Estimated pixels of a cell on a slide: its rendered markdown, or its code and outputs."""
+    if cell["cell_type"] == "markdown":
+        return markdown_height(cell["source"])
+    code = 24 + CODE_LINE_PX * _wrapped_lines(cell["source"], CODE_WRAP)
+    return code + sum(output_height(o) for o in cell.get("outputs", []))
+
+
+def is_setup_cell(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and cell["source"].startswith("# Setup.")
+
+
+def slide_types(cells: list[dict]) -> list[str]:
+    """The slide type of each cell, from its marker or the rules (see the module docstring).
+
+    Explicit markers win. Otherwise: the first cell and ``#``/``##`` headings start a slide, ``###`` headings a
+    sub-slide, the generated setup cell is skipped (it is run before presenting, not shown), and any other cell
+    continues the slide it follows, unless that would make the slide taller than :data:`SLIDE_BUDGET_PX`: then
+    it starts a sub-slide. Heights count the executed outputs where the notebook holds them.
+    """
+    types: list[str] = []
+    used = 0
+    for i, cell in enumerate(cells):
+        marker = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
+        first = cell["source"].lstrip().split("\n", 1)[0] if cell["cell_type"] == "markdown" else ""
+        height = cell_height(cell)
+        if marker in ("skip", "notes"):
+            kind = marker
+        elif marker:
+            kind = marker
+        elif i == 0 or first.startswith(("# ", "## ")):
+            kind = "slide"
+        elif first.startswith("### "):
+            kind = "subslide"
+        elif is_setup_cell(cell):
+            kind = "skip"
+        elif used and used + height > SLIDE_BUDGET_PX:
+            kind = "subslide"
+        else:
+            kind = "-"
+        if kind in ("slide", "subslide"):
+            used = height
+        elif kind in ("-", "fragment"):
+            used += height
+        types.append(kind)
+    return types
+
+
+def stamp_slides(nb: nbformat.NotebookNode) -> None:
+    """Write :func:`slide_types` into every cell's ``metadata.slideshow``."""
+    for cell, kind in zip(nb.cells, slide_types(nb.cells)):
+        cell.metadata["slideshow"] = {"slide_type": kind}
+
+
+# ------------------------------------------------------------------------------------------------ study time
+#: The heading that starts a notebook's optional part; everything before it is the core path.
+DEEP_DIVE = "## Going deeper (optional)"
+#: Study-time rule: reading speed (words a minute), minutes per code cell (read, run, look), per exercise.
+WORDS_PER_MINUTE, MINUTES_PER_CODE_CELL, MINUTES_PER_EXERCISE = 200, 1.0, 3.0
+#: The core path of every notebook must fit in this many minutes of study.
+CORE_LIMIT_MINUTES = 45
+EXERCISE = re.compile(r"^\s*check_\w+\(", re.M)
+
+
+def study_minutes(cells: list[dict]) -> tuple[int, int]:
+    """(core, optional) study minutes: words / 200 + 1 a code cell + 3 an auto-checked exercise.
+
+    The core path ends at the :data:`DEEP_DIVE` heading; the generated setup cell does not count. An exercise
+    is a code cell with a line starting ``check_…(``.
+    """
+    parts = [[0.0, 0.0], [0.0, 0.0]]  # [words, minutes of cells] for core and optional
+    part = 0
+    for cell in cells:
+        if cell["cell_type"] == "markdown" and cell["source"].lstrip().startswith(DEEP_DIVE):
+            part = 1
+        if cell["cell_type"] == "markdown":
+            parts[part][0] += len(re.findall(r"[A-Za-z0-9][\w'.,%-]*", cell["source"]))
+        elif not is_setup_cell(cell):
+            exercise = EXERCISE.search(cell["source"]) is not None
+            parts[part][1] += MINUTES_PER_EXERCISE if exercise else MINUTES_PER_CODE_CELL
+    core, optional = (math.ceil(words / WORDS_PER_MINUTE + extra) for words, extra in parts)
+    return core, optional
+
+
+def time_line(core: int, optional: int) -> str:
+    """The header's study-time sentence, rounded up to 5 minutes."""
+    up = lambda m: 5 * math.ceil(m / 5)  # noqa: E731 - a one-line rounding rule
+    line = f"**Time:** about {up(core)} minutes of study for the core path"
+    if optional:
+        line += f", plus about {up(optional)} for the optional \"Going deeper\" part after the recap"
+    return line + "."
+
+
+def build(stem: str, executed: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
+    """The notebook for source ``notebooks/src/<stem>.py``, stamped; without outputs unless ``executed`` is given.
+
+    With ``executed`` (the committed notebook), its outputs are carried over when every code cell's source and
+    tags are unchanged (else :class:`CodeChanged`), so prose and slide markers can change without a re-run.
+    """
     names = [nb.filename for nb in about.NOTEBOOKS]
     filename = f"{stem}.ipynb"
     if filename not in names:
         raise SystemExit(f"{filename} is not listed in course_utils/about.py NOTEBOOKS")
     cells = parse_source((SRC / f"{stem}.py").read_text(encoding="utf-8"))
     first_md = next(c for c in cells if c.cell_type == "markdown")
-    first_md.source = first_md.source + "\n\n" + stamp_header(names.index(filename))
+    first_md.source = (first_md.source + "\n\n" + time_line(*study_minutes(cells)) + "\n\n"
+                       + stamp_header(names.index(filename)))
+    if executed is not None:
+        carry_outputs(executed, cells)
     nb = nbformat.v4.new_notebook()
     nb.cells = cells
     nb.metadata = {
@@ -170,14 +368,37 @@ def build(stem: str) -> nbformat.NotebookNode:
         "colab": {"provenance": []},
         "accelerator": "GPU",
     }
+    if executed is not None and "widgets" in executed.metadata:  # the saved widget views go with the outputs
+        nb.metadata["widgets"] = executed.metadata["widgets"]
     for i, cell in enumerate(nb.cells):  # stable ids keep diffs small
-        cell["id"] = f"{stem[:2]}-{i:03d}"
+        cell["id"] = f"{stem.split('_')[0]}-{i:03d}"
+    stamp_slides(nb)
     return nb
 
 
-def sources_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
-    """What must not drift: each cell's type, source and tags."""
-    return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+class CodeChanged(Exception):
+    """A code cell's source or tags differ from the executed notebook: its outputs would be stale."""
+
+
+def _code_key(cell: dict) -> tuple[str, list[str]]:
+    return cell["source"], list(cell.get("metadata", {}).get("tags", []))
+
+
+def carry_outputs(executed: nbformat.NotebookNode, cells: list[nbformat.NotebookNode]) -> None:
+    """Copy outputs and execution counts from ``executed`` into the matching code ``cells`` (same order)."""
+    old = [c for c in executed.cells if c.cell_type == "code"]
+    new = [c for c in cells if c.cell_type == "code"]
+    if [_code_key(c) for c in old] != [_code_key(c) for c in new]:
+        raise CodeChanged("a code cell changed since the notebook was executed")
+    for before, after in zip(old, new):
+        after.outputs = before.get("outputs", [])
+        after.execution_count = before.get("execution_count")
+
+
+def sources_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str], str]]:
+    """What must not drift: each cell's type, source, tags and slide type."""
+    return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", [])),
+             c.get("metadata", {}).get("slideshow", {}).get("slide_type", "")) for c in nb.cells]
 
 
 def has_outputs(path: Path) -> bool:
@@ -186,17 +407,118 @@ def has_outputs(path: Path) -> bool:
     return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count")) for c in nb.cells)
 
 
-def execute(nb: nbformat.NotebookNode, timeout: int) -> nbformat.NotebookNode:
-    """Run ``nb`` top to bottom in a fresh kernel of this Python, on CPU, offline."""
+def execute(nb: nbformat.NotebookNode, timeout: int) -> dict[str, float]:
+    """Run ``nb`` top to bottom in a fresh kernel of this Python, on CPU, offline; return each code cell's seconds.
+
+    The seconds are measured by the kernel (from the cell's start to its reply) and kept out of the notebook.
+    """
     from nbclient import NotebookClient
 
     os.environ.update(EXEC_ENV)
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(OUT)}}, store_widget_state=True,
-                            record_timing=False)
+                            record_timing=True)
     client.execute()
-    return nb
+    seconds = {}
+    for cell in nb.cells:
+        stamps = cell.metadata.pop("execution", None)
+        if cell.cell_type == "code" and stamps:
+            start = datetime.fromisoformat(stamps["iopub.execute_input"].replace("Z", "+00:00"))
+            end = datetime.fromisoformat(stamps["shell.execute_reply"].replace("Z", "+00:00"))
+            seconds[cell["id"]] = round((end - start).total_seconds(), 1)
+    return seconds
+
+
+# ------------------------------------------------------------------------------------- cell times and guide
+TIMES = OUT / "cell_times.json"
+GUIDE = ROOT / "INSTRUCTORS.md"
+TIMES_START, TIMES_END = "<!-- cell-times:start -->", "<!-- cell-times:end -->"
+#: Cells at least this slow are listed in the instructor guide's table.
+SLOW_CELL_S = 2.0
+
+
+def machine_summary() -> str:
+    """One line naming this machine's CPU, for the cell-time records."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()}-core {model}, no GPU, torch threads as the notebook sets them"
+
+
+def record_times(stem: str, seconds: dict[str, float]) -> None:
+    """Store one notebook's cell times in ``notebooks/cell_times.json`` (other notebooks' entries stay)."""
+    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
+    times[stem] = {"machine": machine_summary(), "date": datetime.now().date().isoformat(),
+                   "total_s": round(sum(seconds.values()), 1), "cells": seconds}
+    TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def section_of(nb: nbformat.NotebookNode, index: int) -> str:
+    """The nearest heading above cell ``index``."""
+    for cell in reversed(nb.cells[:index + 1]):
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("# ").strip()
+    return ""
+
+
+def times_table() -> str:
+    """The guide's table: each notebook's total and its cells slower than :data:`SLOW_CELL_S`."""
+    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
+    lines = []
+    for info in about.NOTEBOOKS:
+        stem = Path(info.filename).stem
+        if stem not in times:
+            continue
+        entry = times[stem]
+        nb = nbformat.read(OUT / info.filename, as_version=4)
+        ids = {c["id"]: i for i, c in enumerate(nb.cells)}
+        lines += [f"**{stem}** — {entry['total_s']:.0f} s of cells in all ({entry['machine']}, {entry['date']}).", "",
+                  "| cell | section | first line | seconds |", "| --- | --- | --- | --- |"]
+        for cell_id, sec in entry["cells"].items():
+            if sec >= SLOW_CELL_S and cell_id in ids:
+                source = nb.cells[ids[cell_id]].source.splitlines()
+                code = [ln for ln in source if ln.strip() and not ln.startswith("#")] or source or [""]
+                first = code[0].strip().replace("|", "\\|")[:60]
+                lines.append(f"| {cell_id} | {section_of(nb, ids[cell_id])} | `{first}` | {sec:.1f} |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def stamp_between(text: str, start: str, end: str, body: str) -> str:
+    """``text`` with what lies between the markers ``start`` and ``end`` replaced by ``body``."""
+    if start not in text or end not in text:
+        return text
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def export_slides(stems: list[str], folder: Path, reveal_prefix: str | None) -> None:
+    """Write static reveal.js slides ``<folder>/<stem>.slides.html`` from the committed, executed notebooks.
+
+    The slides show the saved outputs and widget views; nothing runs. reveal.js loads from ``reveal_prefix``
+    (default: nbconvert's CDN address; give a local copy's folder to present offline).
+    """
+    from nbconvert import SlidesExporter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    exporter = SlidesExporter()
+    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
+    if reveal_prefix:
+        exporter.reveal_url_prefix = reveal_prefix
+    for stem in stems:
+        body, _ = exporter.from_notebook_node(nbformat.read(OUT / f"{stem}.ipynb", as_version=4))
+        target = folder / f"{stem}.slides.html"
+        target.write_text(body, encoding="utf-8")
+        print(f"wrote {target}")
 
 
 README = ROOT / "README.md"
@@ -215,11 +537,7 @@ def readme_table() -> str:
 
 def stamp_readme(text: str) -> str:
     """``text`` with the notebook table between the README markers replaced by :func:`readme_table`."""
-    if TABLE_START not in text or TABLE_END not in text:
-        return text
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    return f"{head}{TABLE_START}\n{readme_table()}\n{TABLE_END}{tail}"
+    return stamp_between(text, TABLE_START, TABLE_END, readme_table())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,11 +547,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a notebook drifted from its source")
     parser.add_argument("--no-outputs", action="store_true",
                         help="write notebooks without outputs even over executed ones (nbval will then fail)")
+    parser.add_argument("--restamp", action="store_true",
+                        help="rebuild prose, header and slide metadata, keeping the outputs (code must be unchanged)")
+    parser.add_argument("--slides", metavar="DIR", type=Path,
+                        help="export static HTML slides of the committed notebooks into DIR")
+    parser.add_argument("--reveal-prefix", help="with --slides: where reveal.js is (default: a CDN)")
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     args = parser.parse_args(argv)
 
     stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS
                            if (SRC / (Path(nb.filename).stem + ".py")).exists()]
+    stems = [Path(stem).stem for stem in stems]
+    if args.slides:
+        export_slides(stems, args.slides, args.reveal_prefix)
+        return 0
     status = 0
     readme = README.read_text(encoding="utf-8")
     if args.check and stamp_readme(readme) != readme:
@@ -243,14 +570,24 @@ def main(argv: list[str] | None = None) -> int:
         README.write_text(stamp_readme(readme), encoding="utf-8")
         print("stamped README.md notebook table")
     for stem in stems:
-        stem = Path(stem).stem
-        fresh = build(stem)
         target = OUT / f"{stem}.ipynb"
-        if args.check:
-            if not target.exists() or sources_of(nbformat.read(target, as_version=4)) != sources_of(fresh):
+        if args.check or args.restamp:
+            committed = nbformat.read(target, as_version=4) if target.exists() else None
+            try:
+                fresh = build(stem, executed=committed) if committed is not None else None
+            except CodeChanged:
+                fresh = None
+            if args.check and (fresh is None or sources_of(committed) != sources_of(fresh)):
                 print(f"DRIFT: {target.relative_to(ROOT)} differs from notebooks/src/{stem}.py; rebuild it")
                 status = 1
+            elif args.restamp and fresh is None:
+                print(f"not restamped {target.relative_to(ROOT)}: a code cell changed; use --execute")
+                status = 1
+            elif args.restamp:
+                nbformat.write(fresh, target)
+                print(f"restamped {target.relative_to(ROOT)} (outputs kept)")
             continue
+        fresh = build(stem)
         if not args.execute and not args.no_outputs and target.exists() and has_outputs(target):
             print(f"kept {target.relative_to(ROOT)}: it holds executed outputs, which nbval compares. "
                   f"Use --execute to rebuild it with fresh outputs (or --no-outputs to drop them)")
@@ -264,10 +601,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if args.execute:
             start = time.perf_counter()
-            execute(fresh, args.timeout)
+            seconds = execute(fresh, args.timeout)
+            fresh = build(stem, executed=fresh)  # slides again from the source, now that outputs have heights
             print(f"executed {target.name} in {time.perf_counter() - start:.1f} s")
+            record_times(stem, seconds)
         nbformat.write(fresh, target)
         print(f"wrote {target.relative_to(ROOT)}")
+        if args.execute and GUIDE.exists():
+            guide = GUIDE.read_text(encoding="utf-8")
+            if stamp_between(guide, TIMES_START, TIMES_END, times_table()) != guide:
+                GUIDE.write_text(stamp_between(guide, TIMES_START, TIMES_END, times_table()), encoding="utf-8")
+                print(f"stamped {GUIDE.name}'s cell-time table")
     return status
 
 

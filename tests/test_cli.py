@@ -86,6 +86,7 @@ def test_lora_rank_on_the_lesson_table_is_noted(capsys) -> None:
     (["--budgets", "0"], "--budgets"),
     (["--budgets", "12,-1"], "--budgets"),
     (["--budgets", "twelve"], "--budgets"),
+    (["--budgets", "12k"], "--budgets"),  # a count suffix is not a size in GB
     (["--config", "/no/such/config.json"], "--config"),
     (["--config", "not-a-preset"], "--config"),
     (["--lora-rank", "0"], "--lora-rank"),

@@ -88,7 +88,7 @@ def test_formula_matches_the_meta_model() -> None:
     assert parts["embedding table"] == 28_311_552 and parts["lm_head"] == 0
     assert parts["norms"] == (2 * 30 + 1) * 576 and parts["MLP linears"] == 30 * 3 * 576 * 1536
     report = F.four_bit_ratio_report(576, 30, 49152)
-    assert "41 %" in report and "135 M parameters" in report
+    assert "41 %" in report and "134,515,008 parameters (135 M)" in report
     assert F.llama_like_parts(576, 30, 49152, tied=False)["lm_head"] == 28_311_552
 
 
@@ -97,6 +97,37 @@ def test_formula_with_widths_that_share_no_head_size() -> None:
     parts = F.llama_like_parts(640, 2, 1000)
     assert parts["attention linears"] == 2 * (2 * 640 * 640 + 2 * 640 * 213)
     assert parts["MLP linears"] == 2 * 3 * 640 * round(8 / 3 * 640)
+
+
+@pytest.mark.parametrize("config, params, kv_fraction, ratio", [
+    (F.LLAMA3_8B, 8_030_261_248, 1 / 4, "35 %"), (F.LLAMA3_70B, 70_553_706_496, 1 / 8, "27 %")])
+def test_llama_3_rows_count_the_real_architectures(config, params, kv_fraction, ratio) -> None:
+    """Llama 3: 8 key/value heads (a quarter of q's 32 at 8B, an eighth of 64 at 70B), untied, 128,256 tokens."""
+    from course_utils.architecture import count_on_meta, count_parameters
+
+    assert count_parameters(config) == params == count_on_meta(config)[0]  # arithmetic = transformers on meta
+    shape = dict(hidden_size=config["hidden_size"], num_layers=config["num_hidden_layers"],
+                 vocab_size=config["vocab_size"])
+    parts = F.llama_like_parts(**shape, mlp_ratio=config["intermediate_size"] / config["hidden_size"],
+                               kv_fraction=kv_fraction, tied=False)
+    assert sum(parts.values()) == params and parts["lm_head"] == parts["embedding table"] == 128_256 * shape[
+        "hidden_size"]
+    report = F.config_ratio_report(config, "Llama 3")
+    assert report.startswith("Llama 3: ") and f"{params:,} parameters" in report and ratio in report
+    assert f"{config['num_attention_heads']} query heads sharing 8 key/value heads" in report
+    assert "untied lm_head" in report
+    assert F.config_ratio_report(config).startswith(config["_name_or_path"])
+
+
+def test_config_report_of_a_shipped_preset_and_bad_input() -> None:
+    report = F.config_ratio_report(STANDIN_CONFIG, "SmolLM2-135M")
+    assert "134,515,008 parameters (135 M)" in report and "41 %" in report and "9 query heads sharing 3" in report
+    qwen3 = F.config_ratio_report(QWEN3_CONFIG)  # q_norm and k_norm count as norms, q is wider than hidden
+    assert "4,022,468,096 parameters" in qwen3
+    with pytest.raises(ValueError, match="name"):
+        F.config_ratio_report(STANDIN_CONFIG, "")
+    with pytest.raises(TypeError, match="arch"):
+        F.architecture_parts(STANDIN_CONFIG)
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -153,3 +184,6 @@ def test_widget_callback_prints_the_report(capsys) -> None:
 
     show_ratio(576, 30, 49152, True)
     assert "41 %" in capsys.readouterr().out
+    show_ratio(4096, 32, 128_256, False, kv_fraction=1 / 4)
+    out = capsys.readouterr().out
+    assert "untied lm_head" in out and "lm_head 8 %" in out

@@ -81,26 +81,44 @@ def test_a_t4_claims_bf16_but_the_course_does_not_believe_it(monkeypatch) -> Non
 # Real model or stand-in
 # --------------------------------------------------------------------------------------------
 def test_decide_source_per_device(device, offline_env, monkeypatch) -> None:
+    """The Hub decides on every device: a CPU that reaches it gets the real small model too."""
     calls = []
     monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or True)
     decision = hub.decide_source()
-    if device == "CPU":
-        assert decision.source == "standin" and "no CUDA GPU" in decision.reason and calls == []
-    else:
-        assert decision.source == "real" and calls == [1.5]
-        monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: False)
-        assert hub.decide_source().source == "standin"
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-        monkeypatch.setattr(hub, "cached_on_disk", lambda name: True)
-        assert hub.decide_source().source == "real"
+    assert decision.source == "real" and calls == [1.5]
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: False)
+    assert hub.decide_source().source == "standin"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "cached_on_disk", lambda name: True)
+    assert hub.decide_source().source == "real"
+    monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
+    assert hub.decide_source().source == "standin"
 
 
-def test_choose_model_on_a_gpu_with_the_hub_is_the_real_model(device, offline_env, monkeypatch) -> None:
-    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: True)
+@pytest.mark.parametrize("reachable", [True, False])
+def test_choose_model_follows_the_hub_on_every_device(device, offline_env, monkeypatch, reachable) -> None:
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: reachable)
     monkeypatch.setattr(standin, "ensure_standin", lambda seed=0: "/standin")
     choice = standin.choose_model()
-    assert choice.is_standin is (device == "CPU")
-    assert choice.name == ("/standin" if device == "CPU" else hub.REAL_MODEL)
+    assert choice.is_standin is (not reachable)
+    assert choice.name == (hub.REAL_MODEL if reachable else "/standin")
+
+
+def test_the_lesson_model_loads_only_on_a_gpu_with_the_hub_and_4_bits(device) -> None:
+    real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
+    offline = standin.ModelChoice("/standin", True, "HF_HUB_OFFLINE is set")
+    reason = standin.lesson_model_skip_reason(real)
+    if device == "CPU":
+        assert "CUDA GPU" in reason
+    else:
+        assert reason is None
+        assert "HF_HUB_OFFLINE" in standin.lesson_model_skip_reason(offline)
+        missing = "bitsandbytes is not installed"
+        assert standin.lesson_model_skip_reason(real, missing) == missing
+    with pytest.raises(TypeError, match="choice"):
+        standin.lesson_model_skip_reason("Qwen/Qwen2.5-1.5B-Instruct")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="no_4bit"):
+        standin.lesson_model_skip_reason(real, True)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +297,7 @@ def test_training_loop_loss_scaling_flag(device) -> None:
 def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
     monkeypatch.setattr(unsloth, "unsloth_importable", lambda: installed)
     monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
-    real = standin.ModelChoice(hub.REAL_MODEL, False, "a CUDA GPU is here and the Hub is reachable")
+    real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
     fallback = standin.ModelChoice("/standin", True, "the Hub did not answer")
     plan = unsloth.unsloth_plan(real)
     assert plan.run is (device != "CPU" and installed)

@@ -37,11 +37,28 @@ def test_offline_env_parsing(value: str, offline: bool) -> None:
     assert hub.hub_offline_env({}) is False
 
 
-def test_no_gpu_means_standin_without_any_network(monkeypatch, no_network) -> None:
-    _cuda(monkeypatch, False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("reachable, source", [(True, "real"), (False, "standin")])
+def test_the_hub_decides_with_or_without_a_gpu(monkeypatch, gpu: bool, reachable: bool, source: str) -> None:
+    """A CPU machine that reaches the Hub gets the real small model too: the GPU plays no part in the choice."""
+    _cuda(monkeypatch, gpu)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: reachable)
     decision = hub.decide_source()
-    assert decision.source == "standin" and "no CUDA GPU" in decision.reason
+    assert decision.source == source
+    assert ("reachable" in decision.reason) if reachable else ("did not answer" in decision.reason)
+
+
+def test_the_real_model_is_the_small_one_and_the_lesson_model_is_separate() -> None:
+    assert hub.REAL_MODEL == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert hub.LESSON_MODEL == "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_deciding_imports_no_torch() -> None:
+    code = ("import os, sys; os.environ['HF_HUB_OFFLINE'] = '1'; import course_utils.hub as h; "
+            "d = h.decide_source(); sys.exit(2 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
 def test_offline_env_decides_at_once(monkeypatch, no_network) -> None:

@@ -105,3 +105,39 @@ def test_without_bitsandbytes_lora_runs_on_the_16_bit_model(monkeypatch, tiny_st
     loss = model(**batches[0]).loss
     loss.backward()
     assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------------------
+# The helper and the direct peft calls do the same
+# --------------------------------------------------------------------------------------------
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+def test_add_lora_equals_the_three_direct_peft_calls(tiny_standin) -> None:
+    """The notebook's comparison: LoraConfig + prepare_model_for_kbit_training + get_peft_model, seeded."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    from course_utils.quiet import quiet_libraries
+
+    config = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=list(PROJECTIONS),
+                        task_type="CAUSAL_LM")
+    state = torch.get_rng_state()
+    torch.manual_seed(0)
+    with quiet_libraries():  # as in the notebook: no deprecation notices
+        direct = get_peft_model(prepare_model_for_kbit_training(M.load_model(tiny_standin, 4, device="cpu"),
+                                                                use_gradient_checkpointing=False), config)
+    torch.set_rng_state(state)
+    helper = lora.add_lora(M.load_model(tiny_standin, 4, device="cpu"), r=16, alpha=16, targets=PROJECTIONS)
+    assert lora.trainable_counts(direct) == lora.trainable_counts(helper)
+    assert len(lora.adapter_tensors(helper)) == 2 * 2 * 7  # A and B, 7 projections, 2 layers
+    assert lora.same_adapters(helper, direct)
+    other = lora.add_lora(M.load_model(tiny_standin, 4, device="cpu"), seed=1)
+    assert not lora.same_adapters(helper, other)
+    assert not lora.same_adapters(helper, M.load_model(tiny_standin, 16, device="cpu"))  # no adapters at all
+    with pytest.raises(TypeError, match="model"):
+        lora.adapter_tensors("a model")  # type: ignore[arg-type]
+
+
+def test_summary_says_which_percentage_is_which() -> None:
+    count = lora.LoraCount("m", trainable=10, base=990)
+    assert count.all_params == 1000 and count.percent == 1.0 and round(count.percent_of_base, 3) == 1.01
+    assert count.summary() == ("m: trainable params: 10 || all params: 1,000 || trainable%: 1.00  "
+                               "(of the base alone, 990: 1.01 %)")

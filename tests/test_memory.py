@@ -201,6 +201,7 @@ def test_estimate_vs_measured_chart() -> None:
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_ylabel()
     assert [t.get_text() for t in ax.texts] == ["0.54 GB", "1.88 GB", "0.54 GB", "1.90 GB"]
+    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["team's run:\nestimate", "team's run:\nmeasured"]
     plt.close(fig)
     assert "3.5 times" in measured_description(0.5436, 1.9, 128)
     with pytest.raises(ValueError, match="estimate_gb"):

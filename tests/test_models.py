@@ -228,3 +228,36 @@ def test_without_bitsandbytes_16_bit_still_loads_and_4_bit_says_why(no_bitsandby
     assert next(model.parameters()).dtype == torch.bfloat16
     assert M.keep_4bit_trainable_on_cpu(model) == 0
     assert footprint_bytes(model, 4) < footprint_bytes(model, 16)  # 4-bit sizes can still be computed
+
+
+# --------------------------------------------------------------------------------------------
+# Printable text, quantized layers, and 4-bit models kept trainable from the load on
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, shown", [
+    ("The capital of France is Paris.", "The capital of France is Paris."),
+    ("noise\x12 and \x00", "noise\\x12 and \\x00"),
+    ("bad byte \ufffd, new\nline, tab\t", "bad byte \\ufffd, new\\nline, tab\\t"),
+    ("zero\u200bwidth, é and 漢", "zero\\u200bwidth, é and 漢"),
+    ("\x1b[2Jclear screen", "\\x1b[2Jclear screen"),
+])
+def test_printable_escapes_what_a_terminal_would_act_on(text, shown) -> None:
+    assert M.printable(text) == shown
+    assert all(ch.isprintable() for ch in M.printable(text))
+    with pytest.raises(TypeError, match="text"):
+        M.printable(b"bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+def test_a_4_bit_load_is_kept_trainable_and_its_layers_counted(tiny_standin) -> None:
+    bnb = import_bitsandbytes()
+    model = M.load_model(tiny_standin, 4, device="cpu")
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert M.quantized_layer_count(model) == len(layers) == 2 * 7
+    assert all(m.support_avx512bf16_for_cpu is False for m in layers)  # the repack is off from the load on
+    untouched = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    assert M.quantized_layer_count(untouched) == 14
+    assert M.quantized_layer_count(M.load_model(tiny_standin, 16, device="cpu")) == 0
+    with pytest.raises(TypeError, match="keep_trainable"):
+        M.load_model(tiny_standin, 4, device="cpu", keep_trainable="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="model"):
+        M.quantized_layer_count("a model")  # type: ignore[arg-type]

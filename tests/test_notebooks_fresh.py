@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,51 @@ def test_notebooks_match_their_sources() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------- the instructor and student kit
+sys.path.insert(0, str(ROOT / "scripts"))
+import build_notebooks  # noqa: E402 - after the path line above
+
+#: Words from how the course was written, which students must never read (issue 13's grep, plus a few).
+AUTHORING_WORDS = re.compile(r"seed's|as the seed|the seed (asks|loads|says|printed|promises|shows|uses)|"
+                             r"seed of this course|a maintainer|course machine|these notes|lesson's table", re.I)
+
+
+def _cells(path: Path) -> list[dict]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        cell["source"] = "".join(cell["source"])
+    return nb["cells"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_a_slide_type(path: Path) -> None:
+    kinds = [c.get("metadata", {}).get("slideshow", {}).get("slide_type") for c in _cells(path)]
+    assert None not in kinds, f"{path.name}: cell {kinds.index(None)} has no slide type; rebuild it"
+    assert kinds.count("slide") >= 3, f"{path.name}: a slideshow needs at least 3 slides"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_core_path_fits_the_study_time(path: Path) -> None:
+    core, _ = build_notebooks.study_minutes(_cells(path))
+    assert core <= build_notebooks.CORE_LIMIT_MINUTES, (
+        f"{path.name}: the core path takes about {core} minutes of study; move material after "
+        f"'{build_notebooks.DEEP_DIVE}' or tighten it")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_has_two_auto_checked_exercises(path: Path) -> None:
+    core = []
+    for cell in _cells(path):
+        if cell["cell_type"] == "markdown" and cell["source"].startswith(build_notebooks.DEEP_DIVE):
+            break
+        core.append(cell)
+    exercises = [c for c in core if c["cell_type"] == "code" and build_notebooks.EXERCISE.search(c["source"])]
+    assert len(exercises) >= 2, f"{path.name}: {len(exercises)} auto-checked exercise(s) in the core path"
+
+
+def test_students_never_read_authoring_words() -> None:
+    for source in sorted((ROOT / "notebooks" / "src").glob("*.py")):
+        for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+            assert not AUTHORING_WORDS.search(line), f"{source.name}:{number}: {line.strip()}"

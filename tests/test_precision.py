@@ -191,21 +191,65 @@ def test_lesson_dtype_follows_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------------------------------- matmul timing
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_time_matmul_small_on_cpu(dtype) -> None:
-    t = precision.time_matmul(64, dtype, "cpu", repeats=2)
+    t = precision.time_matmul(64, dtype, "cpu", min_run_time=0.01)
     assert t.size == 64 and t.dtype == dtype and t.device == "cpu"
     assert t.ms > 0 and t.tflops > 0
     assert t.tflops == pytest.approx(2 * 64 ** 3 / (t.ms / 1e3) / 1e12)
     assert t.gflops == pytest.approx(t.tflops * 1000)
+    # the Timer call the notebook shows: "a @ b" on all of torch's threads, blocked_autorange's median
+    spec = t.measurement.task_spec
+    assert (spec.stmt, spec.num_threads) == ("a @ b", torch.get_num_threads())
+    assert t.ms == pytest.approx(t.measurement.median * 1e3)
 
 
-def test_float16_is_never_timed_on_cpu() -> None:
-    assert precision.timing_refusal("float16", "cpu") is not None
-    assert precision.timing_refusal("bfloat16", "cpu") is None
-    with pytest.raises(ValueError, match="float16 is not timed on a CPU"):
-        precision.time_matmul(64, "float16", "cpu")
-    assert "100-1000x slower" in precision.matmul_report(256, "fp16", "cpu")
+def test_time_matmul_with_repeats_is_timeit_and_its_mean() -> None:
+    t = precision.time_matmul(32, "float32", "cpu", repeats=3)
+    assert t.measurement.number_per_run == 3 and t.ms == pytest.approx(t.measurement.mean * 1e3)
+
+
+@pytest.mark.parametrize("min_run_time, exc", [(0.0, ValueError), (-1.0, ValueError), (11.0, ValueError),
+                                               ("0.2", TypeError)])
+def test_time_matmul_min_run_time_is_checked(min_run_time, exc) -> None:
+    with pytest.raises(exc, match="min_run_time"):
+        precision.time_matmul(8, "float32", "cpu", min_run_time=min_run_time)
+
+
+def test_float16_is_timed_on_cpu_only_at_small_sizes() -> None:
+    n = precision.CPU_FLOAT16_MAX_SIZE
+    assert precision.timing_refusal("float16", "cpu", n) is None
+    assert precision.timing_refusal("float16", "cpu", n + 1) is not None
+    assert precision.timing_refusal("float16", "cpu") is not None   # at the default 2048
+    assert precision.timing_refusal("bfloat16", "cpu", 4096) is None
+    assert precision.timing_refusal("float16", "cuda", 8192) is None
+    with pytest.raises(ValueError, match="float16 is timed on a CPU only up to 256x256"):
+        precision.time_matmul(512, "float16", "cpu")
+    assert "tens to hundreds of times slower" in precision.matmul_report(512, "fp16", "cpu")
+    with pytest.raises(ValueError, match="size"):
+        precision.timing_refusal("float16", "cpu", 0)
+
+
+def test_all_formats_size_keeps_one_float16_multiply_short_on_a_cpu() -> None:
+    assert precision.all_formats_size("cpu") == precision.CPU_FLOAT16_MAX_SIZE == 256
+    assert precision.all_formats_size("cuda") == 4096
+    for device in ("cpu", "cuda"):
+        assert precision.timing_refusal("float16", device, precision.all_formats_size(device)) is None
+
+
+def test_random_matrices_are_seeded_and_leave_the_global_state() -> None:
+    state = torch.random.get_rng_state()
+    a, b = precision.random_matrices(16, "float32", "cpu")
+    a2, _ = precision.random_matrices(16, "bfloat16", "cpu")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.shape == b.shape == (16, 16) and a.dtype == torch.float32 and a2.dtype == torch.bfloat16
+    assert torch.equal(a.to(torch.bfloat16), a2) and not torch.equal(a, b)
+    assert torch.equal(precision.random_matrices(16, "float32", "cpu", seed=1)[0],
+                       precision.random_matrices(16, "float32", "cpu", seed=1)[0])
+    with pytest.raises(ValueError, match="size"):
+        precision.random_matrices(0, "float32", "cpu")
+    with pytest.raises(ValueError, match="dtype"):
+        precision.random_matrices(4, "int8", "cpu")
 
 
 @pytest.mark.parametrize("size, exc", [(0, ValueError), (-8, ValueError), (16385, ValueError),
@@ -425,9 +469,10 @@ def test_mixed_precision_plan_on_cpu() -> None:
         precision.mixed_precision_plan("int8", "cpu")
 
 
-def test_timing_refusal_names_a_fixed_machine() -> None:
-    text = precision.timing_refusal("float16", "cpu")
-    assert "2-core Intel Xeon" in text and "course machine" not in text
+def test_timing_refusal_says_what_to_do_and_names_no_machine() -> None:
+    text = precision.timing_refusal("float16", "cpu", 2048)
+    assert "2048x2048" in text and "Choose a side of 256 or less, or bfloat16" in text
+    assert "Xeon" not in text and "course machine" not in text
 
 
 def test_cpu_size_within_budget() -> None:

@@ -49,8 +49,11 @@ def test_tiny_update_view_prints_the_report(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_matmul_view_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    widgets.matmul_view("float16", 512, "cpu")
+    assert "float16 is timed on a CPU only up to 256x256" in capsys.readouterr().out
     widgets.matmul_view("float16", 256, "cpu")
-    assert "not timed on a CPU" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "float32 on cpu" in out and "float16 on cpu" in out and "TFLOP/s" in out
     widgets.matmul_view("bfloat16", 256, "cpu")
     out = capsys.readouterr().out
     assert "float32 on cpu" in out and "bfloat16 on cpu" in out and "TFLOP/s" in out
@@ -65,6 +68,8 @@ def test_widgets_build(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("ipywidgets")
     assert widgets.tiny_update_widget(1e-3).children
     assert widgets.matmul_widget(size=256, device="cpu").children
+    assert "bfloat16 on cpu" in capsys.readouterr().out  # it starts with the lesson's type, bfloat16 on a CPU
+    assert widgets.matmul_widget(device="cpu").children      # at all_formats_size: 256 on a CPU
     with pytest.raises(ValueError, match="update"):
         widgets.tiny_update_widget(1.0)
     with pytest.raises(ValueError, match="size"):

@@ -218,6 +218,41 @@ def test_storage_counts_codes_scales_and_zero_points(big: torch.Tensor) -> None:
     assert quant.storage(odd).codes == 2
 
 
+@pytest.mark.parametrize("numel, bits, block_size, symmetric", [
+    (4096 * 4096, 4, 64, True), (4096 * 4096, 8, None, True), (1000, 3, 64, False), (3, 3, None, True),
+    (100, 2, 16, False), (64, 4, 128, True), (11008 * 4096, 4, 64, True)])
+def test_packed_storage_is_the_arithmetic_of_storage(numel: int, bits: int, block_size, symmetric: bool) -> None:
+    expected = quant.packed_storage(numel, bits, block_size, symmetric)
+    if numel <= 4096 * 4096:  # the biggest case is checked by its own numbers below, without building it
+        q = quant.quantize(torch.randn(numel), bits, block_size, symmetric)
+        assert expected == quant.storage(q)
+        assert quant.block_count(numel, block_size) == q.n_blocks
+    assert expected.codes == math.ceil(numel * bits / 8)
+
+
+def test_packed_storage_of_the_exercise_matrix() -> None:
+    parts = quant.packed_storage(11008 * 4096, 4, 64)
+    assert parts == quant.Storage(codes=22_544_384, scales=2_818_048, zero_points=0)
+    assert parts.total == 25_362_432
+    assert quant.packed_storage(4096 * 4096, 4, 64).total == 9_437_184
+    assert quant.packed_storage(10, 8, scale_bytes=2).scales == 2
+
+
+def test_packed_storage_bad_input() -> None:
+    with pytest.raises(ValueError, match="numel"):
+        quant.packed_storage(0, 4)
+    with pytest.raises(TypeError, match="numel"):
+        quant.packed_storage(4.0, 4)
+    with pytest.raises(ValueError, match="bits"):
+        quant.packed_storage(64, 1)
+    with pytest.raises(ValueError, match="block_size"):
+        quant.packed_storage(64, 4, block_size=0)
+    with pytest.raises(TypeError, match="symmetric"):
+        quant.packed_storage(64, 4, symmetric=1)
+    with pytest.raises(ValueError, match="scale_bytes"):
+        quant.packed_storage(64, 4, scale_bytes=0)
+
+
 def test_names_say_what_the_format_is() -> None:
     x = torch.randn(128)
     assert quant.quantize(x, 4).name == "int4, one scale"
@@ -331,6 +366,32 @@ def test_nf4_levels_come_from_normal_quantiles() -> None:
     assert bool((gaps[1:] > gaps[:-1]).all())
 
 
+def test_nf4_probabilities_exclude_one_half() -> None:
+    positive, negative = quant.nf4_probabilities()
+    assert positive.shape == (8,) and negative.shape == (7,)
+    assert positive[0].item() == negative[0].item() == pytest.approx(quant.NF4_OFFSET)
+    assert 0.5 not in positive.tolist() and 0.5 not in negative.tolist()
+    assert float(positive.min()) > 0.5 and float(negative.min()) > 0.5
+    # evenly spaced towards 0.5: the positive side in 8 steps, the negative side in 7
+    assert torch.allclose(positive.diff(), torch.full((7,), -(quant.NF4_OFFSET - 0.5) / 8, dtype=torch.float64))
+    assert torch.allclose(negative.diff(), torch.full((6,), -(quant.NF4_OFFSET - 0.5) / 7, dtype=torch.float64))
+    assert [round(p, 4) for p in positive.tolist()][-1] == 0.5585
+    assert [round(p, 4) for p in negative.tolist()][-1] == 0.5668
+    levels = quant.nf4_levels()
+    z = torch.special.ndtri(positive)
+    assert torch.allclose(levels[8:], (z / z.max()).float().flip(0))  # the 8 positive levels, ascending
+    assert int((levels == 0).sum()) == 1  # one exact zero: 0.5's quantile, added once
+
+
+def test_nf4_probabilities_bad_offset() -> None:
+    with pytest.raises(ValueError, match="offset"):
+        quant.nf4_probabilities(0.5)
+    with pytest.raises(ValueError, match="offset"):
+        quant.nf4_probabilities(1.0)
+    with pytest.raises(TypeError, match="offset"):
+        quant.nf4_probabilities("0.96")
+
+
 def test_nf4_beats_int4_on_normal_weights(big: torch.Tensor) -> None:
     x = big[:256]
     nf4 = quant.quantize_nf4(x, 64)
@@ -364,6 +425,20 @@ def test_nf4_matches_bitsandbytes(big: torch.Tensor) -> None:
     for v in normalised.tolist():
         assert float((midpoints - v).abs().min()) < 1e-6
     assert quant.mean_abs_error(x, theirs.x_hat) == pytest.approx(quant.mean_abs_error(x, ours), rel=1e-4)
+
+
+@pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")
+def test_nf4_levels_are_bitsandbytes_create_normal_map() -> None:
+    """bitsandbytes' own construction (needs scipy): the same recipe, padded with zeros to 256 entries."""
+    pytest.importorskip("scipy")
+    import bitsandbytes.functional as F
+
+    table = F.create_normal_map(offset=0.9677083, use_extra_value=True)
+    assert table.numel() == 256 and int((table == 0).sum()) == 256 - 15  # 15 non-zero levels, then zeros
+    distinct = torch.cat([table[table != 0], torch.zeros(1)]).sort().values
+    assert torch.equal(distinct, F.get_4bit_type("nf4", device="cpu")[:16].float())  # its hard-coded table
+    assert torch.allclose(quant.nf4_levels(), distinct, atol=2e-7, rtol=0)
+    assert torch.allclose(quant.nf4_levels(offset=0.9677083), distinct, atol=2e-7, rtol=0)
 
 
 @pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")

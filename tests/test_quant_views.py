@@ -22,7 +22,7 @@ NOTEBOOK_SRC = Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_q
 #: this machine's CPUs are shared while tests run.
 REDRAW_LIMIT_S = 1.5
 
-SEED_DESCRIPTION = (
+DOT_CHART_DESCRIPTION = (
     "Two rows of 8 dots on an axis from \u22120.4 to 0.4. The float32 row has the original weights: \u22120.35, "
     "\u22120.22, \u22120.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded values: \u22120.35, "
     "\u22120.20, \u22120.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and each dot "
@@ -54,12 +54,12 @@ def test_dot_chart_has_two_rows_of_eight() -> None:
 
 
 def test_dot_chart_description_is_the_lessons_at_4_bits() -> None:
-    assert qplots.describe_eight_numbers(4) == SEED_DESCRIPTION
+    assert qplots.describe_eight_numbers(4) == DOT_CHART_DESCRIPTION
 
 
 def test_notebook_quotes_the_description() -> None:
     src = " ".join(line.lstrip("# ").strip() for line in NOTEBOOK_SRC.read_text(encoding="utf-8").splitlines())
-    assert SEED_DESCRIPTION in src
+    assert DOT_CHART_DESCRIPTION in src
 
 
 def test_dot_chart_description_at_2_bits_says_levels_are_shared() -> None:
@@ -205,4 +205,143 @@ def test_widgets_wire_the_right_controls(capsys: pytest.CaptureFixture) -> None:
     assert (bits.min, bits.max) == (2, 8)
     assert [v for _, v in block.options] == [v for _, v in qwidgets.BLOCK_CHOICES] and block.value == 0
     assert isinstance(symmetric, w.Checkbox) and symmetric.value is True
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------------------------
+# Same model, any format (the "same model, four formats" widget)
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits_model() -> tuple[torch.nn.Module, digits.DigitsData]:
+    return qwidgets.demo_digits()
+
+
+def test_format_view_int4_per_row_prints_the_tables_figures(digits_model) -> None:
+    model, data = digits_model
+    text, fig = qwidgets.format_view("int4", "row", model, data)
+    (row,) = [r for r in digits.quality_by_format(model, data, ["int4"], block_size="row")]
+    base = digits.evaluate(model, data)
+    assert f"{100 * base.accuracy:.1f}%" in text and f"{100 * row.accuracy:.1f}%" in text
+    assert f"{row.loss:.3f}" in text and f"{row.weight_bytes:,}" in text
+    assert "int4, one scale per row" in text and "18,944" in text
+    # 74 scales (64 + 10 rows) of 4 bytes, and 4,736 codes of 4 bits
+    assert "4,736 codes of 4 bits (2,368 bytes) and 74 float32 scales (296 bytes)" in text
+    assert "Text description of the chart" in text
+    acc_ax, loss_ax, bytes_ax = fig.axes
+    assert all(_labelled(ax) for ax in fig.axes)
+    assert [round(p.get_height(), 6) for p in bytes_ax.patches] == [18944, row.weight_bytes]
+    assert [t.get_text() for t in acc_ax.get_xticklabels()] == ["float32", "int4"]
+
+
+@pytest.mark.parametrize("fmt", digits.FORMATS)
+@pytest.mark.parametrize("scales", [value for _, value in qwidgets.SCALE_CHOICES])
+def test_format_view_every_setting_matches_model_in_format(digits_model, fmt: str, scales) -> None:
+    model, data = digits_model
+    score = qwidgets.format_score(model, data, fmt, scales)
+    block = None if scales == "tensor" or not fmt.startswith("int") else scales
+    converted, size = digits.model_in_format(model, fmt, block)
+    assert (score.accuracy, score.loss) == tuple(digits.evaluate(converted, data))
+    assert score.weight_bytes == size
+    if fmt.startswith("int"):
+        layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert score.weight_bytes - score.scale_bytes == sum(
+            quant.packed_storage(m.weight.numel(), digits.FORMAT_BITS[fmt]).codes for m in layers)
+    else:
+        assert score.scale_bytes == 0
+    text, _ = qwidgets.format_view(fmt, scales, model, data)
+    assert f"{score.weight_bytes:,}" in text
+
+
+def test_format_view_is_cached_and_fast(digits_model) -> None:
+    model, data = digits_model
+    first = qwidgets.format_score(model, data, "int3", 16)
+    assert qwidgets.format_score(model, data, "int3", 16) is first  # not recomputed
+    qwidgets.format_view("int3", 16, model, data)
+    start = time.perf_counter()
+    text, fig = qwidgets.format_view("int3", 16, model, data)
+    elapsed = time.perf_counter() - start
+    assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
+    # float formats ignore the scale setting: one result for all of them
+    assert qwidgets.format_score(model, data, "bfloat16", 16) is qwidgets.format_score(model, data, "bfloat16")
+    assert "no scales" in qwidgets.format_view("float16", 64, model, data)[0]
+
+
+def test_format_view_cache_follows_the_model(digits_model) -> None:
+    model, data = digits_model
+    other = digits.train_digits_mlp(data, epochs=1, seed=3)
+    assert qwidgets.format_score(other, data, "int4") != qwidgets.format_score(model, data, "int4")
+
+
+def test_format_view_without_a_model_uses_the_course_network(digits_model) -> None:
+    model, data = digits_model
+    assert qwidgets.format_view("int8", "tensor")[0] == qwidgets.format_view("int8", "tensor", model, data)[0]
+
+
+def test_format_view_bad_input(digits_model) -> None:
+    model, data = digits_model
+    with pytest.raises(ValueError, match="fmt"):
+        qwidgets.format_view("int5", "row", model, data)
+    with pytest.raises(TypeError, match="fmt"):
+        qwidgets.format_view(4, "row", model, data)
+    with pytest.raises(ValueError, match="scales"):
+        qwidgets.format_view("int4", 48, model, data)
+    with pytest.raises(TypeError, match="scales"):
+        qwidgets.format_view("int4", None, model, data)
+    with pytest.raises(TypeError, match="scales"):
+        qwidgets.format_view("int4", True, model, data)
+    with pytest.raises(ValueError, match="together"):
+        qwidgets.format_view("int4", "row", model)
+    with pytest.raises(TypeError, match="model"):
+        qwidgets.format_score("model", data, "int4")
+    with pytest.raises(TypeError, match="data"):
+        qwidgets.format_score(model, "data", "int4")
+
+
+def test_format_labels() -> None:
+    assert qwidgets.format_label("int4", "row") == "int4, one scale per row"
+    assert qwidgets.format_label("int8", 64) == "int8, one scale per 64 weights"
+    assert qwidgets.format_label("int2", "tensor") == "int2, one scale per tensor"
+    assert qwidgets.format_label("bfloat16", 16) == "bfloat16"
+    with pytest.raises(ValueError, match="fmt"):
+        qwidgets.format_label("int5", "row")
+    with pytest.raises(ValueError, match="scales"):
+        qwidgets.format_label("int4", "column")
+
+
+def test_format_chart_and_description() -> None:
+    base, other = ("float32", 0.98, 0.086, 18944), ("int4, one scale per row", 0.976, 0.090, 2664)
+    fig = qplots.plot_format_comparison(base, other)
+    assert len(fig.axes) == 3 and all(_labelled(ax) for ax in fig.axes)
+    assert "int4, one scale per row" in fig._suptitle.get_text()
+    text = qplots.describe_format_comparison(base, other)
+    assert "test accuracy 98.0% and 97.6%" in text and "test loss 0.086 and 0.090" in text
+    assert "weight bytes 18,944 and 2,664" in text
+
+
+def test_format_chart_bad_input() -> None:
+    good = ("float32", 0.98, 0.086, 18944)
+    with pytest.raises(TypeError, match="other"):
+        qplots.plot_format_comparison(good, ("int4", 0.9))
+    with pytest.raises(ValueError, match="accuracy"):
+        qplots.plot_format_comparison(good, ("int4", 97.6, 0.09, 2664))
+    with pytest.raises(ValueError, match="label"):
+        qplots.describe_format_comparison(("", 0.98, 0.086, 18944), good)
+    with pytest.raises(TypeError, match="weight_bytes"):
+        qplots.describe_format_comparison(good, ("int4", 0.9, 0.1, 26.5))
+
+
+def test_format_widget_controls(digits_model, capsys: pytest.CaptureFixture) -> None:
+    import ipywidgets as w
+
+    model, data = digits_model
+    box = qwidgets.format_widget(model, data)
+    fmt, scales = box.children[0].children
+    assert isinstance(fmt, w.Dropdown) and list(fmt.options) == list(digits.FORMATS) and fmt.value == "int4"
+    assert [v for _, v in scales.options] == [v for _, v in qwidgets.SCALE_CHOICES] and scales.value == "row"
+    fmt.value = "bfloat16"
+    assert scales.disabled  # a 16-bit float has no scales
+    fmt.value = "int2"
+    assert not scales.disabled
+    with pytest.raises(ValueError, match="together"):
+        qwidgets.format_widget(model)
     capsys.readouterr()

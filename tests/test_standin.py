@@ -1,5 +1,10 @@
 """course_utils.standin: the stand-in model, built once from a shipped config into a cache folder, and the choice.
 
+The online branch (the Hub answers: the real SmolLM2-135M-Instruct, on a CPU as on a GPU) cannot reach the Hub
+here, so its tests patch the reachability check and the download: ``from_pretrained`` gets the Hub id and
+loads the tiny model from disk instead; everything after that is the real code, and notebook 01b's own first
+cells run on it.
+
 The tests build a tiny Llama (hidden 64, 2 layers) through the same code path as the 135M stand-in, so they
 stay fast; the 135M model itself is exercised by notebook 01b. The tiny config is in
 ``tiny_models.py``; the ``tiny_standin`` fixture in ``conftest.py``.
@@ -7,26 +12,141 @@ stay fast; the 135M model itself is exercised by notebook 01b. The tiny config i
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 
-from course_utils import standin
+from course_utils import hub, standin
 from course_utils.footprint import count_model_parameters
+from course_utils.hardware import import_bitsandbytes
 from course_utils.hub import REAL_MODEL
-from course_utils.models import load_model, meta_model
+from course_utils.models import (generate_text, load_model, load_tokenizer, meta_model, quantized_layer_count,
+                                 training_batches)
 from tiny_models import TINY, tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+
+@pytest.fixture
+def online(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The Hub answers (the reachability check is patched; its calls are recorded); no offline switch is set."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    calls: list[float] = []
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: calls.append(timeout_s) or True)
+    return calls
+
+
+@pytest.fixture
+def fake_download(monkeypatch: pytest.MonkeyPatch, tiny_standin: str) -> list[tuple[str, str]]:
+    """Replace the Hub download: from_pretrained(<Hub id>) records the id and loads the tiny model from disk.
+
+    Everything after the download is the real code: transformers' loading, bitsandbytes, peft.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    asked: list[tuple[str, str]] = []
+    real_model, real_tokenizer = AutoModelForCausalLM.from_pretrained, AutoTokenizer.from_pretrained
+
+    def model_from_hub(name, *args, **kwargs):
+        asked.append(("model", name))
+        return real_model(tiny_standin if name == REAL_MODEL else name, *args, **kwargs)
+
+    def tokenizer_from_hub(name, *args, **kwargs):
+        asked.append(("tokenizer", name))
+        return real_tokenizer(tiny_standin if name == REAL_MODEL else name, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", model_from_hub)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tokenizer_from_hub)
+    return asked
+
+
+def _no_standin(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the stand-in was built although the Hub answered")
+    monkeypatch.setattr(standin, "ensure_standin", forbidden)
+
 
 def test_choose_model_labels_the_standin(monkeypatch, tmp_path) -> None:
     def forbidden(*args, **kwargs):
         raise AssertionError("the network was touched")
     monkeypatch.setattr(socket, "create_connection", forbidden)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
     monkeypatch.setattr(standin, "ensure_standin", lambda seed=0: tmp_path)
     choice = standin.choose_model()
     assert choice.is_standin and "STAND-IN" in choice.label and "random weights" in choice.label
-    assert choice.name == str(tmp_path)
-    assert standin.ModelChoice(REAL_MODEL, False, "gpu").label == f"[{REAL_MODEL}]"
+    assert choice.name == str(tmp_path) and "HF_HUB_OFFLINE" in choice.reason
+    assert standin.ModelChoice(REAL_MODEL, False, "hub").label == f"[{REAL_MODEL}]"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_reachable_hub_gives_the_real_model_on_a_cpu_too(monkeypatch, online, gpu) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    _no_standin(monkeypatch)
+    choice = standin.choose_model()
+    assert choice == standin.ModelChoice(REAL_MODEL, False, choice.reason) and online == [1.5]
+    assert choice.label == "[HuggingFaceTB/SmolLM2-135M-Instruct]" and "reachable" in choice.reason
+
+
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+def test_online_branch_on_a_cpu_down_to_training(monkeypatch, online, fake_download) -> None:
+    """Hub reachable, no GPU: the real model's Hub id goes to from_pretrained, and everything after it works."""
+    from course_utils import lora
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _no_standin(monkeypatch)
+    choice = standin.choose_model()
+    model_16 = load_model(choice, 16)
+    model_4 = load_model(choice, 4)
+    tokenizer = load_tokenizer(choice)
+    assert fake_download == [("model", REAL_MODEL), ("model", REAL_MODEL), ("tokenizer", REAL_MODEL)]
+    assert model_16.dtype == torch.bfloat16 and next(model_16.parameters()).device.type == "cpu"
+    assert quantized_layer_count(model_4) == 2 * 7 and model_4.get_memory_footprint() < model_16.get_memory_footprint()
+    qlora = lora.add_lora(model_4)
+    (batch,) = training_batches(tokenizer, ["The capital of France is Paris."], batch_size=1, max_length=16)
+    qlora.train()
+    qlora(**batch).loss.backward()
+    assert all(p.grad is not None for p in qlora.parameters() if p.requires_grad)
+    line = choice.show_text(generate_text(qlora, tokenizer, "The capital of France is", max_new_tokens=2))
+    assert line.startswith(f"[{REAL_MODEL}] answer: 'The capital of France is")
+
+
+def test_notebook_01b_online_down_to_its_first_loads(monkeypatch, online, fake_download, capsys) -> None:
+    """Notebook 01b's own cells, Hub reachable, no GPU: it picks the real model and loads it by its Hub id."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import build_notebooks
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _no_standin(monkeypatch)
+    cells = build_notebooks.parse_source((ROOT / "notebooks" / "src" / "01b_real_models_qlora.py").read_text())
+    code = [c.source for c in cells if c.cell_type == "code" and "setup_report()" not in c.source]
+    last = next(i for i, source in enumerate(code) if "models.load_model(choice, bits=16)" in source)
+    namespace: dict = {}
+    for source in code[:last + 1]:
+        exec(compile(source, "01b", "exec"), namespace)  # the notebook's own cells, in order
+    out = capsys.readouterr().out
+    assert namespace["choice"].name == REAL_MODEL and not namespace["choice"].is_standin
+    assert f"[{REAL_MODEL}]\nwhy: the Hub is reachable" in out and "STAND-IN" not in out
+    assert fake_download == [("model", REAL_MODEL), ("tokenizer", REAL_MODEL), ("model", REAL_MODEL)]
+    assert "same dtype and footprint as the direct call: True" in out
+
+
+def test_show_text_never_prints_control_characters() -> None:
+    noise = "The capital of France isqu bes\x12 no\ufffdasd\x1b[2J\n"
+    line = standin.ModelChoice("/standin", True, "offline").show_text(noise)
+    assert "random-weight output" in line and "noise" in line and line.startswith("[STAND-IN")
+    assert not any(not ch.isprintable() for ch in line)
+    assert "\\x12" in line and "\\ufffd" in line and "\\x1b[2J" in line and "\\n" in line
+    real = standin.ModelChoice(REAL_MODEL, False, "hub").show_text("The capital of France is Paris.")
+    assert real == f"[{REAL_MODEL}] answer: 'The capital of France is Paris.'"
+    with pytest.raises(TypeError, match="text"):
+        standin.ModelChoice(REAL_MODEL, False, "hub").show_text(None)  # type: ignore[arg-type]
 
 
 def test_the_standin_architecture_has_the_lessons_count() -> None:

@@ -89,6 +89,55 @@ def test_bottleneck_names_the_problem_and_the_fix() -> None:
     assert all(o.fits for o in diag.options[: sum(o.fits for o in diag.options)])
 
 
+def test_bottleneck_accumulation_time_is_a_floor_not_a_promise() -> None:
+    # 4 x 4 accumulation does the same arithmetic in more, smaller steps: the planner must not print "time x1.00"
+    # as if it were free (notebook 05 measures it), but the arithmetic factor as a floor, and say to measure it
+    diag = what_is_my_bottleneck("smollm2-135m", "full", 16, 8.0, seq=512)
+    acc = next(o for o in diag.options if o.fits and o.micro_batches > 1)
+    assert acc.changes == ("micro-batch 4 x 4 accumulation steps",) and acc.time_is_floor
+    assert acc.time_text() == "time x1.00 or more" and "measure" in acc.cost and "4 smaller steps" in acc.cost
+    text = diag.text()
+    assert "time x1.00 or more" in text and "time x1.00 (" not in text
+    ck = next(o for o in diag.options if o.changes == ("gradient checkpointing",))
+    assert not ck.time_is_floor and ck.time_text() == "time x1.33"
+    assert all(o.time_is_floor == (o.micro_batches > 1) for o in diag.options)
+
+
+def test_arithmetic_time_factor() -> None:
+    from course_utils.bottleneck import arithmetic_time_factor
+
+    assert arithmetic_time_factor("full", "full", False, True) == pytest.approx(4 / 3)  # one extra forward
+    assert arithmetic_time_factor("lora", "lora", False, True) == pytest.approx(3 / 2)
+    assert arithmetic_time_factor("full", "lora") == pytest.approx(2 / 3)
+    assert arithmetic_time_factor("full", "full") == 1.0
+    with pytest.raises(ValueError, match="new_method"):
+        arithmetic_time_factor("full", "half")
+    with pytest.raises(TypeError, match="checkpointing"):
+        arithmetic_time_factor("full", "full", 1, True)
+
+
+def test_accumulation_verdict_explains_the_time() -> None:
+    base = _row("baseline", 1.0, 3.0, saved_activations_bytes=int(0.2e9))
+    slower = verdict(_row("accumulation", 0.86, 4.0), base)
+    assert slower.startswith("peak -14 %, step time +33 %") and "4 smaller steps" in slower and "slower" in slower
+    faster = verdict(_row("accumulation", 0.86, 2.7), base)
+    assert "step time -10 %" in faster and "not slower here" in faster and "several steps" in faster
+    same = verdict(_row("accumulation", 0.99, 3.0), base)
+    assert "about the same time" in same and "did not fall" in same
+
+
+def test_notebook_05_checkpointing_figures() -> None:
+    # the knowledge check quotes these CPU estimates of the miniature step: 1.00 -> 0.83 GB, 17 % (about a sixth)
+    from course_utils.configs import read_config
+
+    mini = read_config("smollm2-135m")
+    mini.update(num_hidden_layers=4, vocab_size=8192)
+    base = {"method": "full", "batch": 4, "seq": 256}
+    before = tricks.estimate_for(trick_kwargs("baseline", base), mini, "cpu") / 1e9
+    after = tricks.estimate_for(trick_kwargs("checkpointing", base), mini, "cpu") / 1e9
+    assert (round(before, 2), round(after, 2), round(100 * (1 - after / before))) == (1.0, 0.83, 17)
+
+
 def test_bottleneck_bad_budget() -> None:
     with pytest.raises(ValueError, match="budget_gb"):
         what_is_my_bottleneck("smollm2-135m", "full", 8, 0)

@@ -66,25 +66,25 @@ def plot_breakdown(estimate: MemoryEstimate, budget_gb: float, ax: Any = None) -
 
 
 def plot_estimate_vs_measured(estimate_gb: float, parts_gb: Sequence[tuple[str, float]], *,
-                              seed_estimate_gb: float = 0.54, seed_measured_gb: float = 1.88,
+                              team_estimate_gb: float = 0.54, team_measured_gb: float = 1.88,
                               label: str = "this machine") -> Any:
-    """The lesson's estimate and measured peak beside this machine's, the measured column split into its parts.
+    """The team's estimate and measured peak (their laptop run) beside this machine's, the measured column split.
 
     ``parts_gb`` is :func:`course_utils.memory.account_for_peak`'s list of (part, GB); negative parts are
     drawn as zero (they say the counted parts overlap), so the column's top is the measured peak.
     """
     if not parts_gb:
         raise ValueError("parts_gb must hold the measured peak's parts")
-    for name, value in (("estimate_gb", estimate_gb), ("seed_estimate_gb", seed_estimate_gb),
-                        ("seed_measured_gb", seed_measured_gb)):
+    for name, value in (("estimate_gb", estimate_gb), ("team_estimate_gb", team_estimate_gb),
+                        ("team_measured_gb", team_measured_gb)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{name} must be a number of GB >= 0, got {value!r}")
     fig, ax = new_figure("LoRA on SmolLM2-135M, batch 8: estimate vs measured peak",
                          "whose number, and what it counts", "memory (GB)", figsize=(10.0, 4.4))
-    x = ["course:\nestimate", "course:\nmeasured", f"{label}:\nestimate", f"{label}:\nmeasured"]
-    ax.bar(x[0], seed_estimate_gb, color=COLORS["estimate"], zorder=2, label="estimate: weights, gradients, AdamW")
-    ax.bar(x[1], seed_measured_gb, color="white", edgecolor="#555555", hatch="//", zorder=2,
-           label="course's measured peak (not split)")
+    x = ["team's run:\nestimate", "team's run:\nmeasured", f"{label}:\nestimate", f"{label}:\nmeasured"]
+    ax.bar(x[0], team_estimate_gb, color=COLORS["estimate"], zorder=2, label="estimate: weights, gradients, AdamW")
+    ax.bar(x[1], team_measured_gb, color="white", edgecolor="#555555", hatch="//", zorder=2,
+           label="the team's measured peak (not split)")
     ax.bar(x[2], estimate_gb, color=COLORS["estimate"], zorder=2)
     bottom = 0.0
     colors = [PART_COLORS["baseline"], PART_COLORS["weights"], PART_COLORS["gradients"],
@@ -94,7 +94,7 @@ def plot_estimate_vs_measured(estimate_gb: float, parts_gb: Sequence[tuple[str, 
         amount = f"{value:.2f}" if abs(value) >= 0.01 else f"{value:.3f}"
         ax.bar(x[3], shown, bottom=bottom, color=color, zorder=2, label=f"{name}: {amount} GB")
         bottom += shown
-    tops = [seed_estimate_gb, seed_measured_gb, estimate_gb, bottom]
+    tops = [team_estimate_gb, team_measured_gb, estimate_gb, bottom]
     for xi, top in zip(x, tops):
         ax.annotate(f"{top:.2f} GB", (xi, top), ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
     ax.set_ylim(0, max(tops) * 1.18)
@@ -106,8 +106,8 @@ def plot_estimate_vs_measured(estimate_gb: float, parts_gb: Sequence[tuple[str, 
 def measured_description(estimate_gb: float, measured_gb: float, seq: int) -> str:
     """A one-paragraph text description of :func:`plot_estimate_vs_measured` for this machine's numbers."""
     ratio = measured_gb / estimate_gb if estimate_gb > 0 else float("nan")
-    return (f"Four columns. The course's estimate for LoRA on SmolLM2-135M in float32: 0.54 GB; the course's "
-            f"measured peak at batch 8: 1.88 GB. This machine's estimate: {estimate_gb:.2f} GB; its measured peak at "
+    return (f"Four columns. The team's estimate for LoRA on SmolLM2-135M in float32: 0.54 GB; the peak they "
+            f"measured at batch 8: 1.88 GB. This machine's estimate: {estimate_gb:.2f} GB; its measured peak at "
             f"batch 8 and {seq} tokens per sequence: {measured_gb:.2f} GB, {ratio:.1f} times the estimate, split "
             "into the framework's baseline, the weights, the gradients, the AdamW states, the activations saved for "
             "backward and the rest.")

@@ -5,6 +5,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from course_utils import checks, quant
 from course_utils.plots import COLORS, new_figure, plt
@@ -164,3 +165,55 @@ def describe_quality_vs_bits(series: Mapping[str, Sequence]) -> str:
         loss = _join([f"{r.fmt} {r.loss:.3f}" for r in rows])
         parts.append(f"With {name}: accuracy {acc}; loss {loss}.")
     return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# One format next to float32 (the "same model, four formats" demo)
+# --------------------------------------------------------------------------------------------
+def _check_side(side: object, name: str) -> tuple[str, float, float, int]:
+    """``side`` as ``(label, accuracy 0-1, loss, weight bytes)``, or a clear error naming ``name``."""
+    if not isinstance(side, tuple) or len(side) != 4:
+        raise TypeError(f"{name} must be a tuple (label, accuracy, loss, weight_bytes), got {side!r}")
+    label, accuracy, loss, size = side
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"{name}'s label must be a non-empty string, got {label!r}")
+    return (label, checks.number(accuracy, f"{name} accuracy", 0, 1), checks.number(loss, f"{name} loss", 0),
+            checks.integer(size, f"{name} weight_bytes", 0))
+
+
+def plot_format_comparison(base: tuple[str, float, float, int], other: tuple[str, float, float, int]):
+    """Three small bar charts, ``base`` (float32) next to ``other``: test accuracy, test loss, weight bytes.
+
+    Each side is ``(label, accuracy 0-1, loss, weight bytes)``. Fixed margins and no layout pass, so a widget
+    redraw stays fast.
+    """
+    base, other = _check_side(base, "base"), _check_side(other, "other")
+    fig, axes = plt.subplots(1, 3, figsize=(10.0, 2.9))
+    colors = [COLORS["float32"], COLORS["measured"]]
+    panels = (("Test accuracy", "test accuracy (%)", [100 * base[1], 100 * other[1]], "{:.1f}%"),
+              ("Test loss", "test cross-entropy loss", [base[2], other[2]], "{:.3f}"),
+              ("Weight bytes (scales included)", "bytes", [base[3], other[3]], "{:,.0f}"))
+    for ax, (title, ylabel, values, fmt) in zip(axes, panels):
+        bars = ax.bar([0, 1], values, color=colors, width=0.6)
+        ax.set_xticks([0, 1], [base[0], other[0].split(",")[0]])  # 'int4, one scale per row': 'int4'; rest above
+        ax.set_title(title, fontsize=10, y=1.02)  # a fixed position skips matplotlib's title layout pass
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+        ax.set_xlabel("weight format")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(0, max(values) * 1.25 or 1)
+        ax.grid(False, axis="x")
+        for bar, value in zip(bars, values):
+            ax.annotate(fmt.format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylim(0, 110)
+    fig.suptitle(f"The same network: {base[0]} next to {other[0]}", fontsize=11)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.2, top=0.8, wspace=0.45)  # fixed: fast redraws
+    return fig
+
+
+def describe_format_comparison(base: tuple[str, float, float, int], other: tuple[str, float, float, int]) -> str:
+    """The text description of :func:`plot_format_comparison`, with every plotted number."""
+    base, other = _check_side(base, "base"), _check_side(other, "other")
+    return (f"Three bar charts, {base[0]} (left bar) next to {other[0]} (right bar): test accuracy "
+            f"{100 * base[1]:.1f}% and {100 * other[1]:.1f}%; test loss {base[2]:.3f} and {other[2]:.3f}; "
+            f"weight bytes {base[3]:,} and {other[3]:,}.")

@@ -51,14 +51,15 @@ def matmul_view(dtype: str, size: int, device: str | None = None) -> None:
 def matmul_widget(size: int | None = None, device: torch.device | str | None = None) -> Any:
     """A dtype dropdown and a size slider; each change times one float32 and one 16-bit matmul.
 
-    The slider updates on release only (each move starts real timings). On a CPU, float16 prints why it is
-    not timed instead of running for minutes.
+    The slider updates on release only (each move starts real timings). It starts at the side where all three
+    formats are timed (:func:`course_utils.precision.all_formats_size`). On a CPU, float16 above
+    :data:`course_utils.precision.CPU_FLOAT16_MAX_SIZE` prints why it is not timed instead of running for minutes.
     """
     import ipywidgets as w
 
     dev = hardware.as_device(device)
     sizes = matmul_sizes(dev)
-    size = precision.default_matmul_size(dev) if size is None else size
+    size = precision.all_formats_size(dev) if size is None else size
     if size not in sizes:
         raise ValueError(f"size must be one of {sizes}, got {size!r}")
     dtype = w.Dropdown(options=DTYPE_OPTIONS, value=dtype_name_16(dev), description="16-bit type")

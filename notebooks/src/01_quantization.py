@@ -10,7 +10,7 @@
 # - measure what float32 → 16-bit → 8 → 4 → 3 → 2 bits does to a real trained network;
 # - choose between one scale per tensor, one scale per block of 64, a zero-point, and NF4.
 #
-# **Time**: about 40 minutes to study; about a minute to run on a laptop CPU. No GPU needed.
+# Everything here runs on a laptop CPU; no GPU needed.
 
 # %% [setup]
 
@@ -39,7 +39,8 @@ for name, bits in [("float32", 32), ("bfloat16", 16), ("int8", 8), ("int4", 4)]:
 # - The **zero-point** $z$ shifts the levels when the numbers are not centred on zero.
 # - Quantize: $q = \mathrm{round}(x / s) + z$, a small integer that is what we store.
 # - Read back (dequantize): $\hat{x} = s \cdot (q - z)$. The gap $\hat{x} - x$ is the **quantization error**.
-#
+
+# %% [markdown]
 # With $b$ bits and no zero-point (**symmetric**), the levels are $-(2^{b-1}-1) \dots 2^{b-1}-1$: −127…127 for
 # int8, −7…7 for int4. The scale is $s = \max|x| / q_{max}$, so the number furthest from zero lands exactly
 # on the outermost level. Every other number lands at most half a step, $s/2$, from where it started.
@@ -60,10 +61,9 @@ print("read back: ", [round(v, 6) for v in quant.dequantize(q).tolist()])
 # %% [markdown]
 # Every number here is a whole multiple of 0.01, so nothing is lost. Real weights are not that tidy.
 #
-# **When does the zero-point help?** When the numbers are lopsided. Take values from −0.2 to 2.35, like the
-# outputs of a layer that are mostly positive. Symmetric levels span −2.35…2.35, and half of them (the
-# negative side below −0.2) are never used. With a zero-point (**asymmetric**), the 256 levels 0…255 span
-# exactly −0.2…2.35: $s = 2.55 / 255 = 0.01$ and $z = 20$, so the stored integer 20 means 0.
+# **When does the zero-point help?** When the numbers are lopsided, like values from −0.2 to 2.35. Symmetric
+# levels span −2.35…2.35, and those below −0.2 are never used. With a zero-point (**asymmetric**), the 256 levels 0…255 span exactly −0.2…2.35:
+# $s = 2.55 / 255 = 0.01$ and $z = 20$, so the stored integer 20 means 0.
 
 # %%
 x = torch.tensor([-0.2, 0.0, 0.3, 1.0, 2.35])
@@ -89,19 +89,14 @@ for symmetric in (True, False):
 # %%
 table = quant.eight_numbers(bits=4)
 print(quant.format_eight_numbers(table))
+print(f"\nstep {table.step:.2f}, half a step {table.step / 2:.3f}, "
+      f"largest error {max(abs(e) for e in table.errors):.2f}")
 
 # %% [markdown]
-# Two weights, −0.05 and −0.35, were already multiples of the step and come back exactly. No weight moves more
-# than 0.02, less than half a step (0.025), as promised. The rows match the lesson's table exactly:
-
-# %%
-print("steps match:    ", table.steps == quant.EIGHT_STEPS_4BIT)
-print("read-back match:", [round(v, 2) for v in table.read_back] == list(quant.EIGHT_READ_BACK_4BIT))
-print("errors match:   ", [round(e, 2) + 0.0 for e in table.errors] == list(quant.EIGHT_ERRORS_4BIT))
-
-# %% [markdown]
-# What did we save? The 8 weights took 32 bytes in float32. In 4 bits the steps take 4 bytes, **plus 4 bytes
-# for the step size**, which we need to read them back:
+# Two weights, −0.05 and −0.35, were already multiples of the step and come back exactly. Every other weight
+# moves by 0.01 or 0.02, never more than half a step (0.025). What did we save? The 8 weights took 32 bytes in
+# float32. In 4 bits the steps take 4 bytes, **plus 4 bytes for the step size**, which we need to read them
+# back:
 
 # %%
 q = quant.quantize(torch.tensor(quant.EIGHT_WEIGHTS), bits=4)
@@ -118,16 +113,17 @@ from course_utils.plots.quant import plot_eight_numbers
 
 _ = plot_eight_numbers(bits=4)
 
-# %% [markdown]
+# %% [markdown] slide="notes"
 # **Text description of the chart.** Two rows of 8 dots on an axis from −0.4 to 0.4. The float32 row has the
 # original weights: −0.35, −0.22, −0.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded
 # values: −0.35, −0.20, −0.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and
 # each dot is at most 0.02 from its original. Faint vertical lines mark the levels; a grey segment joins each
 # weight to its read-back.
-#
-# **Try it live** (instructor demo): move the slider from 2 to 8 bits. At 2 bits only three levels are left
-# (−0.35, 0, 0.35) and most weights collapse onto them; at 8 bits the dots barely move. The text under the
-# table describes the chart for each setting.
+
+# %% [markdown]
+# **Try it live**: move the slider from 2 to 8 bits. At 2 bits only three levels are left (−0.35, 0, 0.35)
+# and most weights collapse onto them; at 8 bits the dots barely move. The text under the table describes the
+# chart for each setting.
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
@@ -136,32 +132,64 @@ from course_utils.widgets.quant import eight_numbers_widget
 eight_numbers_widget()
 
 # %% [markdown]
+# ### Your turn: int8 by hand
+#
+# Write `quantize_int8(x)` in plain torch: symmetric int8 with one scale for the whole tensor, as above
+# ($s = \max|x| / 127$, $q = \mathrm{round}(x / s)$). Return the codes (a tensor of the shape of `x`) and the
+# scale. The check compares your function with `quant.quantize(x, 8)` on four tensors, one of them with its
+# largest value on the negative side.
+
+# %%
+from course_utils.exercises.quantization import check_int4_block_bytes, check_quantize_int8
+
+
+def quantize_int8(x):
+    """Symmetric int8 with one scale: return (codes, scale)."""
+    raise NotImplementedError  # your code: s = ..., q = ..., return q, s
+
+
+check_quantize_int8(quantize_int8)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# ```python
+# def quantize_int8(x):
+#     s = x.abs().max() / 127   # the largest |x| lands on level ±127
+#     q = torch.round(x / s)    # the nearest level; |x / s| <= 127, so no clamp is needed
+#     return q, s
+# ```
+#
+# Typical slips: dividing by 128 (the symmetric levels stop at ±127), `x.max()` instead of `x.abs().max()`
+# (the extreme can be negative), and `.int()`, which cuts the fraction off instead of rounding.
+#
+# </details>
+#
 # ## Benefits and trade-offs
 #
 # **Benefits**
-# - 4-bit weights need about a quarter of the memory of 16-bit ones (an eighth of float32), plus a little
-#   for the scales.
-# - Faster text generation: each new token reads every weight from memory, and fewer bytes read means less
-#   waiting (memory bandwidth is the bottleneck there; a later module measures it).
+# - 4-bit weights need about a quarter of the memory of 16-bit ones, plus a little for the scales.
+# - Faster text generation: each new token reads every weight from memory, and fewer bytes means less waiting
+#   (a later module measures this).
 # - Bigger models fit on smaller, cheaper GPUs.
-#
+
+# %% [markdown]
 # **Trade-offs**
-# - Some quality loss: 8 bits are close to lossless, 4 bits usually lose a little, 3 and 2 bits lose a lot.
-#   The next section measures this on a real network.
+# - Some quality loss: 8 bits are close to lossless, 4 bits lose a little, 3 and 2 bits lose a lot (measured
+#   in the next section).
 # - Small models suffer more than big ones: they have fewer redundant weights to absorb the rounding.
-# - Not always faster: that depends on the GPU, the kernels and the batch size. Weights are turned back into
-#   16-bit numbers before the maths, and that costs time.
+# - Not always faster: weights are turned back into 16-bit numbers before the maths, and that costs time.
 # - You cannot train quantized weights directly: a gradient step is far smaller than a 4-bit level. QLoRA
 #   freezes a 4-bit model and trains small 16-bit adapters next to it (see the next notebook).
 #
 # ## Same model, four formats
 #
 # Claims are cheap; let's measure. We train a small network (64 pixels → 64 hidden units → 10 digits) on
-# scikit-learn's handwritten digits, which ship inside the package (no download). Then we store its weights in
-# the four formats of the lesson, float32, 16-bit, int8 and int4, and in two narrower ones, int3 and int2, to
-# see where it breaks. For each we measure accuracy on 450 test images the network never saw, and the test
-# loss (cross-entropy), which moves even when accuracy does not.
-#
+# scikit-learn's handwritten digits (they ship inside the package). Then we store its weights in float32,
+# 16-bit, int8, int4, int3 and int2, and measure accuracy on 450 test images the network never saw, and the
+# test loss (cross-entropy), which moves even when accuracy does not.
+
+# %% [markdown] slide="notes"
 # The int formats use `quant.quantize` exactly as above: symmetric, **one scale per weight matrix**. The
 # model then computes in float32 with the read-back weights ("fake quantization"): it shows the quality a
 # format gives, not its speed. Biases stay in float32, as in real schemes.
@@ -169,9 +197,11 @@ eight_numbers_widget()
 # %%
 from course_utils.digits import (evaluate, format_quality_table, linear_weight_count, load_digits_data,
                                  quality_by_format, train_digits_mlp)
+from course_utils.progress import status
 
+status("Loading the digits and training the network (float64 on one thread, then stored in float32) …")
 data = load_digits_data()
-model = train_digits_mlp(data, seed=0)  # deterministic: float64 on one thread, then stored in float32
+model = train_digits_mlp(data, seed=0)  # deterministic: training seed 0, float64 on one thread
 base = evaluate(model, data)
 print(f"{len(data.y_train)} training images, {len(data.y_test)} test images, "
       f"{linear_weight_count(model):,} weights in 2 Linear layers")
@@ -186,10 +216,9 @@ per_tensor = quality_by_format(model, data)
 print(format_quality_table(per_tensor))
 
 # %% [markdown]
-# The lesson's claims hold in these numbers. 16-bit and int8 are lossless for practical purposes (int8 misses
-# one more test image, 0.2 points; its loss rises by 0.001). int4 loses a little: 0.4 points of accuracy,
-# and the loss rises from 0.086 to 0.090. int3 loses a lot (93.1%, the loss more than doubles), and int2
-# wrecks the model (32.9%). "Weight bytes" counts the two weight matrices in each format, with their scales.
+# 16-bit and int8 are lossless in practice (int8 misses one more test image). int4 loses 0.4 points, and the
+# loss rises from 0.086 to 0.090. int3 loses a lot (93.1%, the loss more than doubles), and int2 wrecks the
+# model (32.9%). "Weight bytes" counts the two weight matrices, with their scales.
 #
 # One scale per matrix is the crudest choice. What if each output row of a matrix gets its own scale (64 and
 # 10 scales here instead of 1)?
@@ -203,18 +232,39 @@ from course_utils.plots.quant import plot_quality_vs_bits
 
 _ = plot_quality_vs_bits({"one scale per tensor": per_tensor, "one scale per row": per_row})
 
-# %% [markdown]
+# %% [markdown] slide="notes"
 # **Text description of the chart.** Two line charts with the weight formats float32, bfloat16, float16, int8,
 # int4, int3 and int2 on the horizontal axis, and one line for each way of choosing scales. Left, test
 # accuracy: with one scale per tensor 98.0%, 98.0%, 98.0%, 97.8%, 97.6%, 93.1% and 32.9%; with one scale per
 # row 98.0%, 98.0%, 98.0%, 98.0%, 97.6%, 96.7% and 56.0%. Right, test loss on a log scale: per tensor 0.086,
 # 0.087, 0.086, 0.087, 0.090, 0.190 and 2.331; per row 0.086, 0.087, 0.086, 0.086, 0.090, 0.122 and 1.310.
 # Both lines stay flat down to int4, then fall; the per-row line falls less at int3 and int2.
-#
+
+# %% [markdown]
 # Finer scales rescue much of int3 (96.7% instead of 93.1%) for a few hundred bytes of scales, and int2 still
 # fails either way. That is the idea behind real 4-bit formats, next. These are the numbers of one small
-# model and one training seed; the exercise below asks you to check other seeds.
+# model and one training seed; the optional part at the end tries other seeds.
 #
+# ### Try it: any format, any scales
+#
+# `format_view` puts one setting next to float32: here int4 with one scale per row (the table's int4 row).
+
+# %%
+from course_utils.widgets.quant import format_view, format_widget
+
+text, _ = format_view("int4", "row", model, data)
+print(text)
+
+# %% [markdown]
+# **Try it live**: pick a format and, for the int formats, how many weights share a scale. Try int3 with one
+# scale per tensor, per row, then per 16 weights: accuracy comes back as the scales take more bytes. A row
+# here holds 64 weights, so "one per row" and "one per 64 weights" give the same network.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
+format_widget(model, data)
+
+# %% [markdown]
 # ## In practice: a 4096 × 4096 weight matrix
 #
 # A large language model is mostly matrices like this one: 16.8 million weights. We fill it with random
@@ -233,18 +283,8 @@ for bits in (8, 4):
 
 # %% [markdown]
 # About 18×: each bit fewer doubles the step, and four bits fewer make it 127 / 7 ≈ 18 times bigger. The sizes
-# include the one 4-byte scale. `quantize` is the textbook recipe; written out by hand with plain torch it
-# gives the same integers:
-
-# %%
-q_max = 2 ** (4 - 1) - 1          # 7 for int4
-s = w.abs().max() / q_max         # the largest weight maps to q_max
-by_hand = torch.round(w / s)      # q = round(x / s)
-print("same codes as quant.quantize:", torch.equal(by_hand.to(torch.int8), quant.quantize(w, 4).codes))
-
-# %% [markdown]
-# Why is int4 with one scale so crude? Among 16.8 million normal numbers, the largest is above 5, so the step
-# is above 0.7, while most weights lie between −1 and 1:
+# include the one 4-byte scale. Why is int4 with one scale so crude? Among 16.8 million normal numbers, the
+# largest is above 5, so the step is above 0.7, while most weights lie between −1 and 1:
 
 # %%
 q4 = quant.quantize(w, 4)
@@ -253,12 +293,34 @@ print(f"weights stored as -1, 0 or +1: {(q4.codes.abs() <= 1).float().mean():.1%
 
 # %% [markdown]
 # Three levels carry three quarters of the weights: a few rare outliers set the step for everyone. The fix
-# real 4-bit formats use: **give each small block of consecutive weights (typically 64) its own scale.** The
-# largest of 64 normal numbers is usually around 2.6, not 5.3, so a block's step is about half as big.
-# It costs one 4-byte scale per 64 weights: 0.5 extra bits per weight. Here is the full comparison, with sizes
-# that include every scale and zero-point (MB = 10⁶ bytes):
+# real 4-bit formats use: **give each block of 64 consecutive weights its own scale.** The largest of 64
+# normal numbers is usually around 2.6, not 5.3, so a block's step is about half as big.
+#
+# ### Your turn: count the bytes
+#
+# One MLP matrix of a 7-billion-parameter model is 11008 × 4096. Stored in int4 with one float32 scale per
+# block of 64 weights, how many bytes does it take? Write a number (an expression such as `2 * 3 + 4` is fine).
 
 # %%
+answer_bytes = ...  # bytes of the codes + bytes of the scales
+
+check_int4_block_bytes(answer_bytes)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# 11008 × 4096 = 45,088,768 weights. Codes: 45,088,768 × 4 bits / 8 = 22,544,384 bytes. Scales:
+# 45,088,768 / 64 = 704,512 blocks × 4 bytes = 2,818,048 bytes. Total **25,362,432 bytes** (25.4 MB), or
+# 4.5 bits per weight: 4 for the code and 32 / 64 = 0.5 for its share of a scale. In float32 the matrix
+# takes 180 MB.
+#
+# </details>
+#
+# Here is the full comparison on our 4096 × 4096 matrix, with sizes that include every scale and zero-point
+# (MB = 10⁶ bytes):
+
+# %%
+status("Quantizing 16.8 million weights 8 ways (4 schemes x 2 widths) …")
 rows = quant.compare_schemes(w, bits_list=(4, 8))
 print(quant.format_scheme_table(rows, float32_bytes=w.nbytes))
 
@@ -277,15 +339,16 @@ from course_utils.plots.quant import plot_value_histograms
 
 _ = plot_value_histograms(w, quant.round_trip(w, 4), label="int4, one scale")
 
-# %% [markdown]
+# %% [markdown] slide="notes"
 # **Text description of the chart.** Two histograms of 200,000 of the matrix's values (every 83rd one).
 # Left: the float32 values form a bell curve centred on 0, from about −4.7 to 5.3; their int4 read-backs
 # pile up on spikes 0.757 apart, the tallest at 0, then ±0.757 and ±1.51, shrinking quickly outwards.
 # Right: the errors are spread evenly between −0.378 and +0.378, half a step either way.
-#
-# **Try it live** (instructor demo): the widget quantizes a 1024 × 1024 random matrix (1 million values) and
-# shows the average and largest error, the size split into codes, scales and zero-points, and the histograms.
-# Try 4 bits with one scale, then blocks of 64, then untick "symmetric".
+
+# %% [markdown]
+# **Try it live**: the widget quantizes a 1024 × 1024 random matrix (1 million values) and shows the average
+# and largest error, the size split into codes, scales and zero-points, and the histograms. Try 4 bits with
+# one scale, then blocks of 64, then untick "symmetric".
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
@@ -297,35 +360,40 @@ error_widget()
 # ### NF4: put the levels where the weights are
 #
 # Evenly spaced levels waste resolution: trained weights are roughly normal, dense near 0 and rare in the
-# tails. **NF4** ("4-bit NormalFloat", the format QLoRA introduced) keeps 16 levels but places them at
-# **quantiles of the normal distribution**, so each level covers about the same share of the weights. How the
-# 16 levels are derived (`quant.nf4_levels`):
-#
-# 1. Take 8 evenly spaced probabilities from 0.9677 down to 0.5 for the positive side, and 7 for the negative
-#    side. (0.9677 is the average of 1 − 1/30 and 1 − 1/32; it keeps the outermost level finite.)
-# 2. Turn each probability into a z-score with the inverse normal CDF (`torch.special.ndtri`): 0.5 gives 0,
-#    0.9677 gives about 1.85.
-# 3. Add an exact 0, and divide everything by the largest value so the levels span −1…1.
-#
-# An even number of levels cannot be symmetric *and* contain 0, so NF4 has one more positive level than
-# negative. Each block of 64 weights is divided by its largest |weight| (its "absmax", the block's scale)
-# and every weight snaps to the nearest level. bitsandbytes, the library behind 4-bit loading in Hugging
-# Face Transformers, ships the same table:
-
-# %%
-levels = quant.nf4_levels()
-print("NF4 levels:", [round(v, 4) for v in levels.tolist()])
-print("int4 levels (÷7):", [round(k / 7, 4) for k in range(-7, 8)])
-bnb_levels = quant.bnb_nf4_levels()
-if bnb_levels is None:
-    print("bitsandbytes is not installed here: skipped the comparison with its code book.")
-else:
-    print("same as bitsandbytes' NF4 code book (to 1e-6):", torch.allclose(levels, bnb_levels, atol=1e-6, rtol=0))
+# tails. **NF4** ("4-bit NormalFloat", the format of QLoRA, a method to fine-tune 4-bit models) keeps 16
+# levels but places them at **quantiles of the normal distribution**, so each level covers about the same
+# share of the weights.
 
 # %% [markdown]
-# NF4 against int4, both with one scale per block of 64, on the same matrix. Then bitsandbytes' own
-# `quantize_4bit` / `dequantize_4bit` on it, when bitsandbytes is installed; without it the cell says so and
-# our from-scratch NF4 stands alone.
+# How the 16 levels are made (`quant.nf4_levels`; the same recipe as `create_normal_map` in bitsandbytes, the
+# library behind 4-bit loading in Hugging Face Transformers):
+#
+# 1. Probabilities. Positive side: 9 evenly spaced values from 0.9677 down to 0.5, minus the last one (0.5
+#    itself): 8. Negative side: 8 evenly spaced values over the same range, minus 0.5: 7. (0.9677 is the
+#    average of 1 − 1/30 and 1 − 1/32; it keeps the outermost level finite.)
+# 2. Turn each probability into a z-score with the inverse normal CDF (`torch.special.ndtri`): 0.9677 gives
+#    about 1.85. The negative side gets a minus sign.
+# 3. Add one exact 0 (the z-score of the dropped 0.5), sort, and divide by the largest so the levels span −1…1.
+#
+# 8 + 7 + 1 = 16: an even number of levels cannot be symmetric *and* contain 0, so NF4 has one more positive
+# level than negative ones.
+
+# %%
+positive, negative = quant.nf4_probabilities()
+print("probabilities, positive side:", [round(p, 4) for p in positive.tolist()])
+print("probabilities, negative side:", [round(p, 4) for p in negative.tolist()])
+levels = quant.nf4_levels()
+print("NF4 levels:      ", [round(v, 4) for v in levels.tolist()])
+print("int4 levels (÷7):", [round(k / 7, 4) for k in range(-7, 8)])
+bnb_levels = quant.bnb_nf4_levels()  # bitsandbytes.functional.get_4bit_type("nf4"), when installed
+if bnb_levels is None:
+    print("bitsandbytes is not installed here: skipped the comparison with its NF4 table.")
+else:
+    print("same as bitsandbytes' NF4 table (to 1e-6):", torch.allclose(levels, bnb_levels, atol=1e-6, rtol=0))
+
+# %% [markdown]
+# Each block of 64 weights is divided by its largest |weight| (its "absmax", the block's scale) and every
+# weight snaps to the nearest level. NF4 against int4, both with one scale per block of 64, on the same matrix:
 
 # %%
 int4_64 = quant.quantize(w, 4, block_size=64)
@@ -333,31 +401,9 @@ nf4_64 = quant.quantize_nf4(w, block_size=64)
 for q in (int4_64, nf4_64):
     print(f"{q.name:<22} average error {quant.mean_abs_error(w, q):.4f}, {quant.storage_bytes(q) / 1e6:.2f} MB")
 
-bnb_nf4 = quant.bnb_nf4_round_trip(w, block_size=64)
-if bnb_nf4 is None:
-    print("bitsandbytes is not installed here: skipped its NF4 (our own version above needs no library).")
-else:
-    agreement = quant.nf4_agreement(w, nf4_64, bnb_nf4.x_hat)
-    print(f"{'bitsandbytes nf4, 64':<22} average error {quant.mean_abs_error(w, bnb_nf4.x_hat):.4f}, "
-          f"{bnb_nf4.size_bytes / 1e6:.2f} MB")
-    print("bitsandbytes reads back the same values as ours, except at most 0.001% of them, each within 1e-6 "
-          f"of a boundary between two levels: {agreement.holds(max_fraction=1e-5, max_distance=1e-6)}")
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: how many values sit close enough to a boundary to tip depends on the processor.
-if bnb_nf4 is not None:
-    print(f"values read back differently: {agreement.differing} of {agreement.total:,}; the farthest from a "
-          f"level boundary is {agreement.boundary_distance:.1e} away (in units of its block's largest weight)")
-
 # %% [markdown]
-# Same size, 20% less error: NF4's levels sit where the weights are. Our version and bitsandbytes agree on all
-# but a handful of the 16.8 million values (the cell above counts them; the count can change from one
-# processor to another). Each of those sits within 10⁻⁶ of the boundary between two levels: our derived levels
-# differ from bitsandbytes' hard-coded ones in the seventh decimal, and the last bit of a division can differ
-# between processors, and that is enough to tip a value so close to the boundary to the other side. Both
-# choices are equally good.
-# (bitsandbytes can also quantize the block scales themselves, "double quantization", to save another
-# 0.37 bits per weight.)
+# Same size, 20% less error: NF4's levels sit where the weights are. (The optional part at the end runs
+# bitsandbytes' own NF4 on this matrix and compares it with ours value by value.)
 #
 # ## Real models in 4 bits, and QLoRA
 #
@@ -365,16 +411,54 @@ if bnb_nf4 is not None:
 # > It loads Qwen2.5-1.5B-Instruct in 16 bits and in 4 bits (NF4 with bitsandbytes) and compares their memory:
 # > the 4-bit model is about a third of the 16-bit size, not a quarter, because the embedding table stays in
 # > 16 bits. Then it fine-tunes with QLoRA: a frozen 4-bit model plus small trainable 16-bit adapters.
-#
+
+# %% [markdown] slide="notes"
 # **Libraries you will meet**: bitsandbytes with Hugging Face Transformers (load any model in 8 or 4 bits),
 # Unsloth (fine-tune in 4 bits with QLoRA), torchao (PyTorch's own quantization), llm-compressor and
 # GPTQModel (make GPTQ or AWQ checkpoints), and vLLM, TensorRT-LLM, llama.cpp and Ollama (serve quantized
 # models).
+
+# %% [markdown]
+# ## Knowledge check
 #
-# ## Run it yourself
+# 1. Why does int4 with one scale per matrix have such a large error (0.189) on the random matrix, and why do
+#    blocks of 64 help?
+# 2. A layer's outputs all lie between 0 and 6. Would you quantize them with a zero-point? Why?
+# 3. NF4 has 16 levels. Why are 8 of them positive and only 7 negative?
 #
-# The table above is one model from one training seed. Does the pattern hold for other seeds, and how much of
-# int3's loss do finer scales win back?
+# <details><summary>Show the answer</summary>
+#
+# 1. The single largest weight (5.30) sets the step, 0.757, while most weights lie between −1 and 1: three
+#    quarters of them end up on just three levels. A block of 64 has a much smaller largest value (usually
+#    around 2.6), so its step is smaller. One outlier only coarsens its own block.
+# 2. Yes. Symmetric levels would span −6…6 and waste the negative half; with a zero-point all 2^b levels span
+#    0…6, so the step is half as big and so is the error. The cost is one small integer per scale.
+# 3. One level is an exact 0, so zeros are stored exactly. That leaves 15 levels, which cannot be
+#    split evenly: NF4 gives the extra one to the positive side.
+#
+# </details>
+#
+# ## Recap
+#
+# - Quantization stores $q = \mathrm{round}(x/s) + z$ and reads back $\hat{x} = s(q - z)$; each value moves at
+#   most half a step. The eight weights at 4 bits: step 0.05, errors of at most 0.02, 32 bytes → 4 + 4.
+# - A 4096 × 4096 float32 matrix: 67 MB; int8 17 MB with average error 0.010; int4 8 MB with error 0.189 using
+#   one scale. Blocks of 64 halve the int4 error for 0.5 extra bits per weight; NF4 cuts it by another 20%.
+# - Count the overhead: scales and zero-points are part of the size.
+# - On a real trained network: 16-bit and int8 are lossless in practice, int4 loses a little, int3 and int2
+#   lose a lot; finer scales soften the fall.
+# - Next: real language models in 4 bits, and training on top of them with QLoRA.
+
+# %% [markdown]
+# ## Going deeper (optional)
+#
+# Three extras: the digits experiment with other training seeds and smaller blocks, bitsandbytes' NF4
+# compared with ours value by value, and how bitsandbytes stores its NF4 table.
+#
+# ### Other training seeds, smaller blocks
+#
+# The tables above are one model from one training seed. Does the pattern hold for other seeds, and how much
+# of int3's loss do finer scales win back?
 #
 # 1. Set `SEED` to 1, then 2, and run the cell. Do int8 and int4 still stay close to float32, and do int3 and
 #    int2 still fall?
@@ -385,6 +469,7 @@ if bnb_nf4 is not None:
 SEED = 0      # try 1 and 2
 BLOCK = None  # None = one scale per matrix; try "row" and 16
 
+status(f"Training the network with training seed {SEED} …")
 trained = train_digits_mlp(data, seed=SEED)
 print(format_quality_table(quality_by_format(trained, data, block_size=BLOCK)))
 
@@ -393,7 +478,7 @@ print(format_quality_table(quality_by_format(trained, data, block_size=BLOCK)))
 #
 # **1. Other seeds** (one scale per matrix), test accuracy:
 #
-# | seed | float32 | bfloat16 | float16 | int8 | int4 | int3 | int2 |
+# | training seed | float32 | bfloat16 | float16 | int8 | int4 | int3 | int2 |
 # | --- | --- | --- | --- | --- | --- | --- | --- |
 # | 0 | 98.0% | 98.0% | 98.0% | 97.8% | 97.6% | 93.1% | 32.9% |
 # | 1 | 97.6% | 97.6% | 97.6% | 97.6% | 97.3% | 95.6% | 26.4% |
@@ -418,34 +503,62 @@ print(format_quality_table(quality_by_format(trained, data, block_size=BLOCK)))
 #
 # </details>
 #
-# ## Knowledge check
+# ### bitsandbytes' NF4, value by value
 #
-# 1. A 4096 × 4096 matrix is stored in int4 with a float32 scale for every block of 64 weights. How many bytes
-#    does it take, and how many bits per weight is that?
-# 2. Why does int4 with one scale per matrix have such a large error (0.189) on the random matrix, and why do
-#    blocks of 64 help?
-# 3. A layer's outputs all lie between 0 and 6. Would you quantize them with a zero-point? Why?
+# bitsandbytes' own NF4 is two calls: `quantize_4bit` packs two 4-bit codes into each byte and keeps one
+# float32 absmax per block; `dequantize_4bit` reads them back. Here they are on the 4096 × 4096 matrix, when
+# bitsandbytes is installed (without it the cells say so, and our from-scratch NF4 stands alone):
+
+# %%
+from course_utils.hardware import import_bitsandbytes
+
+bnb = import_bitsandbytes()  # `import bitsandbytes`, or None when it is not installed (its import is quiet)
+if bnb is None:
+    print("bitsandbytes is not installed here: skipped its NF4 (our own version above needs no library).")
+else:
+    packed, state = bnb.functional.quantize_4bit(w, blocksize=64, quant_type="nf4")
+    w_hat = bnb.functional.dequantize_4bit(packed, state)
+    print(f"codes: {packed.dtype}, {packed.numel():,} bytes; absmax: {state.absmax.dtype}, {state.absmax.numel():,}"
+          f" blocks of {state.blocksize}; read back: {w_hat.dtype}, {tuple(w_hat.shape)}")
+
+# %% [markdown]
+# `quant.bnb_nf4_round_trip` wraps those two calls (and counts the bytes); `quant.nf4_agreement` compares its
+# read-back with ours, value by value:
+
+# %%
+status("Running bitsandbytes' NF4 on the 4096 x 4096 matrix and comparing it with ours …")
+bnb_nf4 = quant.bnb_nf4_round_trip(w, block_size=64)
+if bnb_nf4 is None:
+    print("bitsandbytes is not installed here: nothing to compare.")
+else:
+    print("the helper reads back exactly what the two calls above gave:", torch.equal(bnb_nf4.x_hat, w_hat))
+    agreement = quant.nf4_agreement(w, nf4_64, bnb_nf4.x_hat)
+    print(f"{'bitsandbytes nf4, 64':<22} average error {quant.mean_abs_error(w, bnb_nf4.x_hat):.4f}, "
+          f"{bnb_nf4.size_bytes / 1e6:.2f} MB")
+    print("bitsandbytes reads back the same values as ours, except at most 0.001% of them, each within 1e-6 "
+          f"of a boundary between two levels: {agreement.holds(max_fraction=1e-5, max_distance=1e-6)}")
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: how many values sit close enough to a boundary to tip depends on the processor.
+if bnb_nf4 is not None:
+    print(f"values read back differently: {agreement.differing} of {agreement.total:,}; the farthest from a "
+          f"level boundary is {agreement.boundary_distance:.1e} away (in units of its block's largest weight)")
+
+# %% [markdown]
+# Our version and bitsandbytes agree on all but a handful of the 16.8 million values (the cell above counts
+# them; the count can change from one processor to another). Each of those sits within 10⁻⁶ of the boundary
+# between two levels: our levels differ from bitsandbytes' in the seventh decimal, and the last bit of a
+# division can differ between processors, which is enough to tip a value that close to a boundary to the
+# other side. Both choices are equally good.
+
+# %% [markdown]
+# ### How bitsandbytes stores its NF4 table
 #
-# <details><summary>Show the answer</summary>
+# bitsandbytes ran the recipe above once and ships the result: `get_4bit_type("nf4")` returns 16 hard-coded
+# values. Its `create_normal_map(offset=0.9677083)` rebuilds them with scipy's `norm.ppf` (the inverse normal
+# CDF, like `ndtri`) on float32 probabilities, and pads the table to 256 entries with zeros so that 8-bit
+# indices work too; sorting puts the 7 negative levels first, then the zeros, then the 8 positive ones. Ours
+# computes in float64 from the unrounded offset (0.96770833…), so the two tables differ by at most 2 × 10⁻⁷.
 #
-# 1. Codes: 16,777,216 weights × 4 bits = 8,388,608 bytes. Scales: 16,777,216 / 64 = 262,144 blocks × 4 bytes
-#    = 1,048,576 bytes. Total 9,437,184 bytes (9.44 MB), or 9,437,184 × 8 / 16,777,216 = 4.5 bits per weight.
-# 2. The scale is set by the single largest weight (5.30), so the step is 0.757, while most weights lie
-#    between −1 and 1: three quarters of them end up on just three levels. A block of 64 has a much smaller
-#    largest value (usually around 2.6), so its step is smaller and every weight in it lands closer. One outlier
-#    only coarsens its own block.
-# 3. Yes. Symmetric levels would span −6…6 and waste the negative half; with a zero-point all 2^b levels span
-#    0…6, so the step is half as big and so is the error. The cost is one small integer per scale.
-#
-# </details>
-#
-# ## Recap
-#
-# - Quantization stores $q = \mathrm{round}(x/s) + z$ and reads back $\hat{x} = s(q - z)$; each value moves at
-#   most half a step. The lesson's eight weights at 4 bits: step 0.05, errors of at most 0.02, 32 bytes → 4 + 4.
-# - A 4096 × 4096 float32 matrix: 67 MB; int8 17 MB with average error 0.010; int4 8 MB with error 0.189 using
-#   one scale. Blocks of 64 halve the int4 error for 0.5 extra bits per weight; NF4 cuts it by another 20%.
-# - Count the overhead: scales and zero-points are part of the size.
-# - On a real trained network: 16-bit and int8 are lossless in practice, int4 loses a little, int3 and int2
-#   lose a lot; finer scales soften the fall.
-# - Next: real language models in 4 bits, and training on top of them with QLoRA.
+# bitsandbytes can also quantize the block scales themselves ("double quantization"), to save another
+# 0.37 bits per weight.

@@ -1,19 +1,18 @@
 # %% [markdown]
 # # Gradient accumulation: several trips
 #
-# Your GPU's memory is a backpack. When the batch you want does not fit, you do not need a bigger bag: make
-# several smaller trips and add up what each one brings back. Gradient accumulation runs a big batch as a
-# series of micro-batches and updates the weights once, with the same gradient the big batch would give.
+# Your GPU's memory is a backpack. When the batch you want does not fit, make several smaller trips and add
+# up what each one brings back. Gradient accumulation runs a big batch as a series of micro-batches and
+# updates the weights once, with the same gradient the big batch would give.
 #
 # **What you will be able to do**
-# - explain how accumulation works and compute *effective batch = micro-batch × accumulation steps × GPUs*;
-# - prove that four micro-batches give the gradient of one big batch, and spot the bug that makes it 4× too big;
+# - compute *effective batch = micro-batch × accumulation steps × GPUs*;
+# - show that four micro-batches give the gradient of one big batch, and spot the bug that makes it 4× too big;
 # - measure what a smaller micro-batch saves (activation memory) and what it costs (time);
 # - avoid the padding trap that silently changes the gradient of language models;
-# - write the loop yourself, switch it on in the Hugging Face `Trainer`, and combine it with data parallelism
-#   (PyTorch DDP), checked on two CPU processes.
+# - write the loop yourself and switch it on in the Hugging Face `Trainer`.
 #
-# **Time**: about 40 minutes to study; about a minute to run on a laptop CPU. No GPU needed.
+# Running every cell takes about a minute on a laptop CPU; no GPU needed.
 
 # %% [setup]
 
@@ -23,9 +22,10 @@
 # Bigger batches average the gradient over more examples, so each update is less noisy and training is
 # steadier. Many published recipes assume a batch of 64, 256 or more. But a training step keeps every layer's
 # **activations** in memory until the backward pass has used them, and that memory grows with the number of
-# examples in the batch. The weights, their gradients and the optimizer's state do not care about the batch
+# examples in the batch. The weights, their gradients and the optimizer's state do not depend on the batch
 # size; the activations do. So the batch you want may simply not fit on your GPU.
-#
+
+# %% [markdown]
 # ## How it works
 #
 # 1. Split the batch you want into **micro-batches** that fit: a batch of 64 becomes 4 micro-batches of 16.
@@ -34,9 +34,12 @@
 #    average.
 # 3. After the 4th micro-batch, step the optimizer once and reset the gradients to zero.
 #
-# Only one micro-batch's activations are alive at any moment, so the memory is that of a batch of 16, while
-# the update is that of a batch of 64. With data parallelism (several GPUs, each with its own copy of the
-# model, more in Module 5) every GPU does this on its own share of the batch:
+# Only one micro-batch's activations are alive at a time: the memory of a batch of 16, the update of a batch
+# of 64.
+
+# %% [markdown]
+# With several GPUs, each holding a copy of the model (data parallelism, the next module's topic), every GPU
+# does this on its own share of the batch. On Colab or a laptop, GPUs = 1.
 #
 # $$\text{effective batch} = \underbrace{\text{micro-batch}}_{\text{what fits in memory}} \times
 # \underbrace{\text{accumulation steps}}_{\text{micro-batches per update}} \times
@@ -64,6 +67,47 @@ for micro in (0, 24):
         acc.accumulation_steps_for(64, micro_batch_size=micro)
     except ValueError as err:
         print(f"micro_batch_size={micro}: ValueError: {err}")
+
+# %% [markdown]
+# ### Your turn: how many trips?
+#
+# A recipe asks for an effective batch of 48 on one GPU; your GPU fits micro-batches of 8.
+#
+# 1. `steps`: how many accumulation steps do you need?
+# 2. A colleague's loop uses micro-batches of 10 instead. It runs five trips (10, 10, 10, 10 and 8 examples),
+#    takes each trip's **mean** loss and divides it by 5. In the big batch every example weighs 1/48. What
+#    weight does one example of the last trip (8 examples) get? Write `last_trip_weight` as a fraction
+#    such as `1 / 7`.
+
+# %%
+from course_utils.exercises.accumulation import check_batch_loss, check_trips
+
+steps = ...             # accumulation steps for a batch of 48 in micro-batches of 8
+last_trip_weight = ...  # one example's weight in the last trip of 8, with micro-batches of 10
+check_trips(steps, last_trip_weight)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# 1. 48 ÷ 8 = **6** accumulation steps: `acc.accumulation_steps_for(48, 8)`.
+# 2. An example in a trip of *n* weighs 1/*n* (the trip's mean) × 1/5 (the five trips). The last trip: 1/(8 × 5)
+#    = **1/40**; the full trips: 1/50. The 8 short-trip examples count 1.25× as much as the others, which is why
+#    `acc.accumulation_steps_for(48, 10)` raises a `ValueError`. Pick a micro-batch that divides 48, or divide
+#    each trip's *summed* loss by 48 (the padding fix below).
+#
+# To see 6 trips of 8 give the gradient of the batch of 48 on a bigger model (the sweep's MLP, below):
+#
+# ```python
+# from course_utils.digits import make_mlp
+#
+# model = make_mlp(**acc.SWEEP_MLP)  # 256 inputs, three hidden layers of 512 with GELU, one output
+# x, y = acc.regression_batch(48)
+# full = acc.full_batch_gradients(model, x, y)
+# accumulated = acc.accumulated_gradients(model, x, y, micro_batch_size=8)
+# print(acc.compare_gradients(full, accumulated))  # same gradient: True, size ratio: 1.00
+# ```
+#
+# </details>
 
 # %% [markdown]
 # ### The check: four trips, one gradient
@@ -97,27 +141,16 @@ print("same gradient:", torch.allclose(full_batch_grad, model.weight.grad))
 print(f"largest difference: {(full_batch_grad - model.weight.grad).abs().max():.1e}")
 
 # %% [markdown]
-# The same gradient, up to a difference around $10^{-7}$ or smaller: the cell above prints it, and its last
-# digits change from one processor to another. Why not exactly zero? A float32 number keeps about 7
-# significant digits, so every addition rounds, and **the order of the additions changes the rounding**. The
-# big batch sums 64 terms in one go (in whatever order the maths library chooses, which depends on the CPU and
-# on how the work is split between threads); accumulation sums four partial sums of 16. The mathematics is
-# identical; the rounding is not. An extreme case in float32:
-
-# %%
-a, b, c = torch.tensor([1e8, -1e8, 1.0])
-print("(a + b) + c =", ((a + b) + c).item())
-print("a + (b + c) =", (a + (b + c)).item(), " <- 1 is lost: -1e8 + 1 rounds back to -1e8")
-
-# %% [markdown]
-# That is why the check uses `torch.allclose` (equal up to a small tolerance) rather than `==`, and why you
-# should compare the yes/no answer, not the last digits.
+# The same gradient, up to a difference around $10^{-7}$ or smaller, whose digits change from one processor to
+# another. float32 rounds every addition, and the two ways add the same numbers in a different order ("Going
+# deeper" at the end shows why that matters). That is why the check uses `torch.allclose` (equal up to a small
+# tolerance) rather than `==`.
 #
 # **Predict before you run:** what happens if you forget to divide each micro-batch's loss by 4? Will the
 # gradient be a little off, or off by a fixed factor? Decide, then run the cell.
 
 # %%
-model, x, y = acc.seed_example()  # the same seed, model and data as above
+model, x, y = acc.linear_example()  # the same model and data as above (torch.manual_seed(0))
 full = acc.full_batch_gradients(model, x, y)
 forgot = acc.accumulated_gradients(model, x, y, micro_batch_size=16, divide=False)
 check = acc.compare_gradients(full, forgot)
@@ -126,32 +159,33 @@ print(f"size compared with the full batch's gradient: {check.norm_ratio:.2f}x")
 
 # %% [markdown]
 # Exactly 4× too large: without the division, `.grad` holds the **sum** of four averages instead of their
-# average. With plain SGD that is the same as a learning rate 4× too high. (Adam divides each gradient by its
-# own running size, so a constant factor mostly cancels there; but gradient clipping then sees a norm 4× too
-# large and clips far harder than intended, and the bug changes as soon as you change the number of steps.)
-#
+# average. With plain SGD that is a learning rate 4× too high.
+
+# %% [markdown] slide="notes"
+# With Adam the damage is subtler. Adam divides each gradient by its own running size, so a constant factor
+# mostly cancels; but gradient clipping then sees a norm 4× too large and clips far harder than intended, and
+# the bug changes as soon as you change the number of steps.
+
+# %% [markdown]
 # ## Interactive demo: a batch of 64 on a GPU that fits 16
 #
 # Now a model with real activations: a small multilayer perceptron (256 inputs, three hidden layers of 512
 # with GELU, one output). We run the same batch of 64 at every micro-batch size from 1 to 64, and for each:
 #
-# - the **accumulation steps** needed to reach 64;
-# - the **largest gradient difference** from the full batch, and whether `allclose` calls them the same;
-# - the **activation memory** of one micro-batch. On a GPU this is the memory CUDA holds after one
-#   micro-batch's forward pass, above the weights and gradients already held: the activations saved for the
-#   backward pass, read *before* backward (the backward pass also allocates temporaries the size of each weight
-#   matrix, whatever the micro-batch, and those are not activations). On a CPU there is no such counter, so
-#   we count the bytes autograd saves for the backward pass, with `torch.autograd.graph.saved_tensors_hooks`
-#   (each storage counted once, parameters left out). The cell says which one it measured.
-# - the **wall time** to push all 64 examples through forward and backward, timed with `torch.utils.benchmark`.
-#   On a CPU the sweep uses one thread: with several, each tiny operation waits until all its threads get a
-#   core, and on a busy machine that waiting, not the maths, would dominate the times.
-#
-# **Predict before you run:** going from micro-batches of 64 down to micro-batches of 1, what happens to the
-# activation memory? To the time? By roughly how much?
+# - the **accumulation steps** needed to reach 64, and whether the gradient is still the batch's;
+# - the **activation memory** of one micro-batch: on a GPU, the memory CUDA holds after its forward pass; on a
+#   CPU, the bytes autograd saves for the backward pass (the cell says which);
+# - the **wall time** to push all 64 examples through forward and backward.
+
+# %% [markdown]
+# **Predict before you run:** going from micro-batches of 64 down to 1, what happens to the activation memory?
+# To the time? By roughly how much?
 
 # %%
-rows = acc.sweep_micro_batches(acc.MICRO_BATCH_SIZES, batch_size=64)  # about a second on a laptop CPU
+from course_utils.progress import status
+
+status(f"Running the batch of 64 at {len(acc.MICRO_BATCH_SIZES)} micro-batch sizes …")
+rows = acc.sweep_micro_batches(acc.MICRO_BATCH_SIZES, batch_size=64)
 print("activation memory measured as:", rows[0].memory_what)
 print(acc.sweep_table(rows, measured=False))
 print(acc.proportion_check(rows))
@@ -176,17 +210,15 @@ print(describe_micro_batch_sweep(rows, budget_bytes=budget))
 
 # %% [markdown]
 # **Text description of the chart.** Two panels share a horizontal axis: the micro-batch size, 1 to 64, on a
-# doubling scale. The left panel shows the activation memory of one micro-batch on a log scale: a straight
-# line that doubles with every doubling of the micro-batch, as the check above the chart confirmed (counted on
-# a CPU, this model saves 13.3 KB per example: its input, each hidden layer's output before and after GELU,
-# the output and the target, all in float32). A dashed horizontal line marks the room on the pretend GPU;
-# micro-batches of 1 to 16 sit on or under it, 32 and 64 above it. The right panel shows the time to process
-# all 64 examples on a log scale: it falls as the micro-batches grow, steeply at first (many tiny trips are
-# slow) and flattening at the large end. The exact values are printed under the chart.
-#
-# Try it live: the slider below picks a micro-batch size and shows its numbers against the full batch
-# (an instructor's demo: it needs a running notebook with widgets; the measurements above are reused, so
-# moving the slider is instant).
+# doubling scale. Left: the activation memory of one micro-batch, on a log scale, a straight line that doubles
+# with every doubling of the micro-batch (counted on a CPU, 13.3 KB per example: the input, each hidden layer's
+# output before and after GELU, the output and the target, in float32). A dashed line marks the room on the
+# pretend GPU: sizes 1 to 16 sit on or under it, 32 and 64 above. Right: the time for all 64 examples, on a
+# log scale, falling steeply as the micro-batches grow, then flattening. The values are printed under the chart.
+
+# %% [markdown]
+# Try it live: the slider picks a micro-batch size and shows its numbers against the full batch. It reuses
+# the measurements above, so moving it is instant (it needs a running notebook with widgets).
 
 # %% tags=["nbval-ignore-output"]
 # nbval-ignore-output: a widget view, which nbval cannot render.
@@ -198,25 +230,28 @@ micro_batch_widget(rows, budget_bytes=budget, value=16)
 # ## Benefits and trade-offs
 #
 # **Benefits**
-# - Train with a big effective batch on a small GPU: the pretend GPU above runs the batch of 64 as 4 trips of 16.
+# - A big effective batch on a small GPU: the pretend GPU above runs the batch of 64 as 4 trips of 16.
 # - The same gradient as the big batch, up to rounding in the last digits (as the sweep showed at every size).
 # - One setting in most libraries (`gradient_accumulation_steps` in the Hugging Face `Trainer`).
 #
 # **Trade-offs**
-# - **Slower than a real big batch.** The arithmetic is the same, but small micro-batches keep the hardware
-#   less busy, and every trip pays its own fixed overheads. Look at the time column: micro-batches of 1 take
-#   many times longer than one batch of 64. On a GPU the gap is even larger, because a GPU needs big
-#   matrices to fill its cores. A note on a common claim: with `per_device_train_batch_size=4` and
-#   `gradient_accumulation_steps=16`, an optimizer step takes about 16× as long as a step on a batch of 4 (it
-#   processes 16× the examples), but it does *not* cost 16× the compute of a batch of 64: the work is the
-#   same; only the hardware's efficiency drops.
+# - **Slower than a real big batch.** Small micro-batches keep the hardware less busy, and every trip pays its
+#   own fixed overheads: look at the time column. On a GPU the gap is larger still, because a GPU needs big
+#   matrices to fill its cores.
 # - **Only activation memory shrinks.** Weights, gradients and optimizer states stay the same size.
+
+# %% [markdown]
 # - **Fewer updates per epoch**: 4× fewer with 4 accumulation steps. Tune the learning rate for the effective
 #   batch size (see the note in "In practice").
-# - Layers that look at the whole batch, such as **batch normalization**, see only one micro-batch at a time,
-#   so their statistics differ from the big batch's. Transformers use layer normalization, which is per
-#   example, so they are not affected.
-#
+# - Layers that look at the whole batch, such as **batch normalization**, see one micro-batch at a time, so
+#   their statistics differ from the big batch's. Transformers use layer normalization, which is per example.
+
+# %% [markdown] slide="notes"
+# A common claim, checked: with `per_device_train_batch_size=4` and `gradient_accumulation_steps=16`, an
+# optimizer step takes about 16× as long as a step on a batch of 4 (it processes 16× the examples). It does
+# *not* cost 16× the compute of a batch of 64: the work is the same; only the hardware's efficiency drops.
+
+# %% [markdown]
 # ## In practice
 #
 # ### The padding trap: count tokens, not micro-batches
@@ -261,9 +296,41 @@ print("weight of one token in each micro-batch, fixed:", [round(w, 4) for w in f
 # %% [markdown]
 # The Hugging Face `Trainer` knows this trap: for models whose `forward` accepts `num_items_in_batch` (its
 # causal language models do), it counts the label tokens of all the micro-batches of an update and passes that
-# count in, so the model divides by it. In your own loop you have to do it yourself. With the same number of
+# count in, so the model divides by it. In your own loop you do it yourself. With the same number of real
 # tokens in every micro-batch (no padding, or packed sequences) the naive way is exact.
+
+# %% [markdown]
+# ### Your turn: the batch's loss from its micro-batches
 #
+# Your loop logs each micro-batch's **mean** token loss and its number of real tokens. Write `batch_loss`, which
+# returns the loss the big batch would report: the mean over all its real tokens. For example, means
+# `[2.0, 4.0]` over `[1, 3]` tokens give 3.5. The check also tries it on the padded batch above.
+
+# %%
+def batch_loss(mean_losses, token_counts):
+    """The batch's mean loss per real token, from each micro-batch's mean token loss and real-token count."""
+    raise NotImplementedError  # your code here
+
+
+check_batch_loss(batch_loss)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# ```python
+# def batch_loss(mean_losses, token_counts):
+#     summed = sum(mean * n for mean, n in zip(mean_losses, token_counts))  # each micro-batch's summed loss
+#     return summed / sum(token_counts)                                     # divided by all the real tokens
+# ```
+#
+# `sum(mean_losses) / len(mean_losses)` is the padding trap (it gives 3.0 on the example); `sum(mean_losses)`
+# forgets the division. Because the gradient follows the loss, this is also the fix for training: micro-batch
+# *i* back-propagates `mean_i * n_i / total_tokens`, which is its summed token loss divided by the batch's
+# token count.
+#
+# </details>
+
+# %% [markdown]
 # ### The loop
 #
 # A real training loop on a small regression problem (256 examples, 10 features). The data loader yields
@@ -275,7 +342,7 @@ from torch.utils.data import DataLoader
 
 data = acc.regression_dataset(256)
 loader = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
-model = acc.TinyRegressor().net  # 10 -> 32 -> 1, fixed seed
+model = acc.TinyRegressor().net  # 10 -> 32 -> 1, fixed starting weights
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
 accumulation_steps = 4  # 4 micro-batches of 16 = an effective batch of 64
@@ -315,11 +382,12 @@ print("same weights after 4 updates:", acc.same_weights(model_acc, model_big))
 # One setting: `per_device_train_batch_size` is the micro-batch, what fits in memory, and
 # `gradient_accumulation_steps` is the number of micro-batches per update. The `Trainer` divides the loss,
 # steps the optimizer every 4 micro-batches and logs one loss per update. The model only has to take the
-# inputs and `labels` and return a `loss`. Four real optimizer steps on the CPU:
+# inputs and `labels` and return a `loss`. Four real optimizer steps on the CPU, for each of two settings:
 
 # %%
 import tempfile
 
+from course_utils import progress
 from course_utils.quiet import quiet_libraries
 
 with quiet_libraries():  # no progress bars, warnings or info logs on stderr inside this block; restored after
@@ -336,10 +404,16 @@ with quiet_libraries():  # no progress bars, warnings or info logs on stderr ins
 
     hf_data = acc.DictDataset(data)  # yields {"x": ..., "labels": ...}
     model_hf_acc, model_hf_big = acc.TinyRegressor(), acc.TinyRegressor()
-    log_acc = acc.train_with_trainer(trainer_args(16, 4), model_hf_acc, hf_data)
-    log_big = acc.train_with_trainer(trainer_args(64, 1), model_hf_big, hf_data)
-for (step, loss_a), (_, loss_b) in zip(log_acc, log_big):
-    print(f"update {step}: loss {loss_a:.3f} (16 x 4)   {loss_b:.3f} (64 x 1)")
+    with progress.steps("Training with the Trainer", total=2) as run:
+        run("micro-batches of 16, gradient_accumulation_steps=4")
+        args_acc = trainer_args(16, 4)
+        log_acc = acc.train_with_trainer(args_acc, model_hf_acc, hf_data)
+        run("one batch of 64, gradient_accumulation_steps=1")
+        log_big = acc.train_with_trainer(trainer_args(64, 1), model_hf_big, hf_data)
+print("effective batch of the first run:", acc.effective_batch_size(
+    args_acc.per_device_train_batch_size, args_acc.gradient_accumulation_steps, args_acc.world_size))
+for (update, loss_a), (_, loss_b) in zip(log_acc, log_big):
+    print(f"update {update}: loss {loss_a:.3f} (16 x 4)   {loss_b:.3f} (64 x 1)")
 print("same weights:", acc.same_weights(model_hf_acc, model_hf_big))
 
 # %% [markdown]
@@ -355,130 +429,12 @@ for rule in ("linear", "sqrt"):
           f"{acc.scale_learning_rate(2e-4, base_batch=16, new_batch=64, rule=rule):.0e}")
 
 # %% [markdown]
-# ### × GPUs: accumulation with data parallelism
-#
-# The last factor of the formula. With **distributed data parallel** (DDP), each process (one per GPU, called
-# a *rank*) holds a full copy of the model and takes its own slice of the batch. After the backward pass, DDP
-# **all-reduces** the gradients: it averages them across ranks, so every copy ends with the gradient of the
-# whole batch and takes the same step.
-#
-# Accumulation combines with it: each rank runs its slice as micro-batches. During all but the last
-# micro-batch, `no_sync()` tells DDP to skip the all-reduce and just add up locally; the last backward pass
-# averages everything in one round of communication. Here is the body each rank runs (from
-# `course_utils.ddp`):
-
-# %%
-import inspect
-from course_utils import ddp
-
-print(inspect.getsource(ddp.accumulate_on_rank))
-
-# %% [markdown]
-# Note that `no_sync()` wraps the forward pass as well as the backward pass: DDP decides during the forward
-# pass whether the coming backward will communicate. Wrapping only `loss.backward()` silently all-reduces
-# every micro-batch (a mistake made while writing this notebook: the count below caught it).
-#
-# Now the real thing, on this machine: 2 processes started with `torch.multiprocessing`, talking through the
-# `gloo` backend (CPU) on 127.0.0.1. Each runs 4 micro-batches of 8, so the effective batch is
-# 8 × 4 × 2 = 64. Each rank sends its gradient back, and we compare it with one process computing the batch
-# of 64 in one go. The run is bounded by a time limit, so it can never hang. It takes a few seconds, mostly to
-# start the processes: a server process imports PyTorch once and forks the two ranks from it (the
-# `forkserver` start method; on Windows each rank starts from scratch with `spawn`, which is slower).
-
-# %%
-result = ddp.run_ddp_check(world_size=2, batch_size=64, accumulation_steps=4, backend="gloo", timeout_s=120)
-print(result.report())
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: wall time and rounding digits depend on the machine.
-print(f"largest difference from one process's batch of 64: {result.max_difference:.1e}")
-print(f"wall time, including starting the 2 processes: {result.seconds:.1f} s")
-
-# %% [markdown]
-# The formula's "× GPUs", checked rather than stated: two ranks × four micro-batches × 8 examples give the
-# gradient of one batch of 64, with a single all-reduce per update. Without `no_sync()` the gradient is the
-# same, but the ranks talk after every micro-batch: 4 rounds of communication instead of 1, which on real
-# GPUs across a network is time you pay for nothing.
-#
-# **On N GPUs only the backend changes**: `run_ddp_check(world_size=N, backend="nccl")` puts rank *r* on GPU
-# *r* (`nccl` is NVIDIA's GPU-to-GPU library); the training code is the same. The next cell runs it when the
-# machine has two GPUs or more, and says so when it does not.
-
-# %%
-gpus = torch.cuda.device_count()
-if ddp.pick_backend(world_size=2) == "nccl":  # "nccl" when there is a CUDA GPU for each of 2 processes
-    print(ddp.run_ddp_check(world_size=gpus, batch_size=64 * gpus, accumulation_steps=4, backend="nccl").report())
-else:
-    print(f"nccl check skipped: it needs at least 2 CUDA GPUs, and this machine has {gpus}.")
-
-# %% [markdown]
-# On a multi-GPU machine you would usually launch a script with `torchrun`, which starts one process per GPU
-# and sets the rank for you:
-#
-# ```python
-# # train.py, started with:  torchrun --nproc_per_node=4 train.py
-# import os, torch, torch.distributed as dist
-# from torch.nn.parallel import DistributedDataParallel
-#
-# backend = "nccl"                                   # "gloo" on CPU: the only line that changes
-# dist.init_process_group(backend)                   # torchrun tells each process its rank and the world size
-# local_rank = int(os.environ["LOCAL_RANK"])         # which GPU of this machine is mine
-# device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-# model = DistributedDataParallel(model.to(device), device_ids=[local_rank] if backend == "nccl" else None)
-# # each update: accumulate_on_rank(model, x_slice, y_slice, accumulation_steps); optimizer.step(); optimizer.zero_grad()
-# ```
-#
-# In the Hugging Face `Trainer` there is nothing to change in the code: launched with `torchrun`, its
-# effective batch is `per_device_train_batch_size × gradient_accumulation_steps × number of processes`.
-#
-# **Libraries**: plain PyTorch (the few lines above), the Hugging Face `Trainer`
-# (`gradient_accumulation_steps`) and Accelerate (`accelerator.accumulate(model)`, which also handles
-# `no_sync` for you), PyTorch Lightning (`accumulate_grad_batches`) and DeepSpeed
+# **Libraries**: plain PyTorch (the few lines of the loop above), the Hugging Face `Trainer`
+# (`gradient_accumulation_steps`), Accelerate (`accelerator.accumulate(model)`, which also handles the
+# multi-GPU details for you), PyTorch Lightning (`accumulate_grad_batches`) and DeepSpeed
 # (`gradient_accumulation_steps`).
-#
-# ## Run it yourself
-#
-# Your GPU fits micro-batches of 8 and the recipe asks for a batch of 48 on one GPU.
-#
-# 1. How many accumulation steps do you need? Check with `acc.accumulation_steps_for`.
-# 2. Run the equality check for that split on the sweep's MLP: build it with `make_mlp(**acc.SWEEP_MLP)` (the
-#    course's MLP builder, from `course_utils.digits`) and a batch with `acc.regression_batch(48)`, then compare
-#    `acc.full_batch_gradients` with `acc.accumulated_gradients`.
-# 3. What happens with micro-batches of 10? Why is that the right answer rather than an annoyance?
-#
-# The cell below is a starting point; change the numbers and run it.
-
-# %%
-batch_size, micro_batch_size = 48, 8
-
-steps = acc.accumulation_steps_for(batch_size, micro_batch_size)
-print(f"{batch_size} = {micro_batch_size} x {steps}")
 
 # %% [markdown]
-# <details><summary>Show the answer</summary>
-#
-# 1. 48 ÷ 8 = **6** accumulation steps.
-# 2. The check:
-#
-# ```python
-# from course_utils.digits import make_mlp
-#
-# model = make_mlp(**acc.SWEEP_MLP)  # 256 inputs, three hidden layers of 512 with GELU, one output
-# x, y = acc.regression_batch(48)
-# full = acc.full_batch_gradients(model, x, y)
-# accumulated = acc.accumulated_gradients(model, x, y, micro_batch_size=8)
-# print(acc.compare_gradients(full, accumulated))
-# # same gradient: True, largest difference: around 1e-07 (its digits depend on the machine), size ratio: 1.00
-# ```
-#
-# 3. `acc.accumulation_steps_for(48, 10)` raises `ValueError: micro_batch_size must divide the per-process batch
-#    (48): 10 does not; try one of [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]`. Four trips of 10 and one of 8 would
-#    weigh the last 8 examples differently from the others (or, with a plain mean per trip, give each of them a
-#    weight of 1/40 instead of 1/48). Pick a micro-batch that divides the batch, or divide each trip's summed
-#    loss by the batch's total count, as in the padding fix.
-#
-# </details>
-#
 # ## Knowledge check
 #
 # **1.** The recipe says batch 256. You have 2 GPUs, each fitting micro-batches of 16. How many accumulation
@@ -500,7 +456,8 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 # size. For those you need the other tricks: quantization, LoRA, 8-bit optimizers.
 #
 # </details>
-#
+
+# %% [markdown]
 # **3.** Your loop divides each micro-batch's mean token loss by the number of micro-batches, and the batches
 # are padded. Is the gradient right?
 #
@@ -521,7 +478,8 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 # trips run one after another, not in parallel.
 #
 # </details>
-#
+
+# %% [markdown]
 # ## Comparing the three tricks
 #
 # | Technique | What changes? | Main benefit | Main trade-off |
@@ -529,11 +487,13 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 # | Quantization | How numbers are stored | Less memory, faster inference | Some quality loss |
 # | Mixed precision | The precision of the maths | Faster training, less activation memory | Numerical care: loss scaling and the right GPU |
 # | Gradient accumulation | When the weights are updated | Big batches on a small GPU | Slower than a real big batch |
-#
+
+# %% [markdown]
 # Each trick buys one thing by paying with another: memory, speed, quality or money. None is the best in
 # general. So the useful question is not "which trick is best?" but "what is my bottleneck, and what am I
 # willing to give up to remove it?" Out of memory because of activations, and time to spare: accumulate.
-#
+
+# %% [markdown]
 # ## Recap
 #
 # - Gradient accumulation runs a batch as micro-batches, lets `.grad` add up their gradients, divides each loss
@@ -545,5 +505,121 @@ print(f"{batch_size} = {micro_batch_size} x {steps}")
 #   number of micro-batches.
 # - In the Hugging Face `Trainer` it is one setting, `gradient_accumulation_steps`. Growing the effective
 #   batch means fewer updates: revisit the learning rate.
-# - With DDP, each rank accumulates under `no_sync()` (forward and backward) and all-reduces once per update;
-#   `gloo` on CPU and `nccl` on GPUs run the same code.
+
+# %% [markdown]
+# ## Going deeper (optional)
+#
+# Three topics for after class: why "the same" gradient differs in its last digits, how the sweep measured
+# memory and time, and a preview of the next module: accumulation on several GPUs with PyTorch's distributed
+# data parallel (DDP), checked here with two processes on the CPU.
+#
+# ### Why the last digits differ
+#
+# A float32 number keeps about 7 significant digits, so every addition rounds, and **the order of the
+# additions changes the rounding**. The big batch sums 64 terms in one go (in whatever order the maths library
+# chooses, which depends on the CPU and on how the work is split between threads); accumulation sums four
+# partial sums of 16. The mathematics is identical; the rounding is not. An extreme case in float32:
+
+# %%
+a, b, c = torch.tensor([1e8, -1e8, 1.0])
+print("(a + b) + c =", ((a + b) + c).item())
+print("a + (b + c) =", (a + (b + c)).item(), " <- 1 is lost: -1e8 + 1 rounds back to -1e8")
+
+# %% [markdown]
+# So compare the yes/no answer of `allclose`, never the last digits.
+#
+# ### How the sweep measured memory and time
+#
+# - **On a GPU**, the activation memory is what CUDA holds after one micro-batch's forward pass, above the
+#   weights and gradients already held: the activations saved for the backward pass, read *before* backward.
+#   The backward pass also allocates temporaries the size of each weight matrix, whatever the micro-batch;
+#   those are not activations, and reading after backward would hide the small micro-batches' activations.
+# - **On a CPU** there is no such counter, so the sweep counts the bytes autograd saves for the backward pass,
+#   with `torch.autograd.graph.saved_tensors_hooks` (each storage counted once, parameters left out).
+# - **Time** is measured with `torch.utils.benchmark`. On a CPU the sweep uses one thread: with several, each
+#   tiny operation waits until all its threads get a core, and on a busy machine that waiting, not the maths,
+#   would dominate the times.
+
+# %% [markdown]
+# ### × GPUs: accumulation with data parallelism
+#
+# The last factor of the formula. With **distributed data parallel** (DDP), each process (one per GPU, called
+# a *rank*) holds a full copy of the model and takes its own slice of the batch. After the backward pass, DDP
+# **all-reduces** the gradients: it averages them across ranks, so every copy ends with the gradient of the
+# whole batch and takes the same step.
+#
+# Accumulation combines with it: each rank runs its slice as micro-batches. During all but the last
+# micro-batch, `no_sync()` tells DDP to skip the all-reduce and just add up locally; the last backward pass
+# averages everything in one round of communication. Here is the body each rank runs (from
+# `course_utils.ddp`):
+
+# %%
+import inspect
+
+from course_utils import ddp
+
+print(inspect.getsource(ddp.accumulate_on_rank))
+
+# %% [markdown]
+# `no_sync()` wraps the forward pass as well as the backward pass: DDP decides during the forward pass whether
+# the coming backward will communicate. Wrapping only `loss.backward()` silently all-reduces every micro-batch,
+# an easy mistake that the all-reduce count below would catch.
+#
+# Now the real thing: 2 processes started with `torch.multiprocessing`, talking through the `gloo` backend
+# (PyTorch's CPU backend) on 127.0.0.1. Each runs 4 micro-batches of 8, so the effective batch is 8 × 4 × 2 =
+# 64. Each rank sends its gradient back, and we compare it with one process computing the batch of 64 in one
+# go. A time limit stops the run if it ever stalls.
+
+# %% [markdown] slide="notes"
+# Most of the time goes into starting the processes. On Linux and macOS a server process imports PyTorch once
+# and forks the two ranks from it (the `forkserver` start method); on Windows each rank starts from scratch
+# (`spawn`), which is slower.
+
+# %%
+status("Starting 2 processes and running the update on each …")
+result = ddp.run_ddp_check(world_size=2, batch_size=64, accumulation_steps=4, backend="gloo", timeout_s=120)
+print(result.report())
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: wall time and rounding digits depend on the machine.
+print(f"largest difference from one process's batch of 64: {result.max_difference:.1e}")
+print(f"wall time, including starting the 2 processes: {result.seconds:.1f} s")
+
+# %% [markdown]
+# The formula's "× GPUs", checked rather than stated: two ranks × four micro-batches × 8 examples give the
+# gradient of one batch of 64, with a single all-reduce per update. Without `no_sync()` the gradient is the
+# same, but the ranks talk after every micro-batch: 4 rounds of communication instead of 1, which on real
+# GPUs across a network is time you pay for nothing.
+#
+# **On N GPUs only the backend changes**: `run_ddp_check(world_size=N, backend="nccl")` puts rank *r* on GPU
+# *r* (`nccl` is NVIDIA's library for GPU-to-GPU communication); the training code is the same. The next cell
+# runs it on a machine with two GPUs or more.
+
+# %% tags=["nbval-ignore-output"]
+# nbval-ignore-output: what this cell does depends on how many GPUs the machine has.
+if ddp.pick_backend(world_size=2) == "nccl":  # "nccl" when there is a CUDA GPU for each of 2 processes
+    gpus = torch.cuda.device_count()
+    print(ddp.run_ddp_check(world_size=gpus, batch_size=64 * gpus, accumulation_steps=4, backend="nccl").report())
+else:
+    print("Skipped: the GPU version needs two or more NVIDIA GPUs, one per process. Colab and most laptops "
+          "have at most one; the gloo run above is the same check, on the CPU.")
+
+# %% [markdown]
+# On a multi-GPU machine you would usually launch a script with `torchrun`, which starts one process per GPU
+# and sets the rank for you:
+#
+# ```python
+# # train.py, started with:  torchrun --nproc_per_node=4 train.py
+# import os, torch, torch.distributed as dist
+# from torch.nn.parallel import DistributedDataParallel
+#
+# backend = "nccl"                                   # "gloo" on CPU: the only line that changes
+# dist.init_process_group(backend)                   # torchrun tells each process its rank and the world size
+# local_rank = int(os.environ["LOCAL_RANK"])         # which GPU of this machine is mine
+# device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+# model = DistributedDataParallel(model.to(device), device_ids=[local_rank] if backend == "nccl" else None)
+# # each update: accumulate_on_rank(model, x_slice, y_slice, accumulation_steps); optimizer.step(); optimizer.zero_grad()
+# ```
+#
+# In the Hugging Face `Trainer` there is nothing to change in the code: launched with `torchrun`, its
+# effective batch is `per_device_train_batch_size × gradient_accumulation_steps × number of processes`.

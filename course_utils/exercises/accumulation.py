@@ -1,0 +1,144 @@
+"""Exercises of notebook 03 (gradient accumulation): how many trips, and the batch's loss from its micro-batches.
+
+Every expected value comes from the course's own functions in :mod:`course_utils.accumulation`, never retyped:
+the number of steps from :func:`~course_utils.accumulation.accumulation_steps_for`, the weight of an example from
+:func:`~course_utils.accumulation.weight_per_item`, the batch's loss from the notebook's padded batch and model.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from course_utils import accumulation as acc
+from course_utils.exercises import Feedback, check_function, check_number, is_placeholder, right, unanswered, wrong
+
+#: Exercise 1: a recipe's effective batch on one GPU, the micro-batch that fits, and a colleague's uneven choice.
+TRIPS_CASE = {"batch_size": 48, "micro_batch_size": 8, "uneven_micro_batch_size": 10}
+
+#: Exercise 2's hand-made cases: ``((mean_losses, token_counts), batch loss)``. The first tells every typical
+#: mistake apart; the second has equal counts, where the mean of the means happens to be right.
+BATCH_LOSS_CASES: tuple[tuple[tuple[list[float], list[int]], float], ...] = (
+    (([2.0, 4.0], [1, 3]), 3.5),
+    (([1.0, 3.0], [5, 5]), 2.0),
+    (([2.5], [7]), 2.5),
+    (([1.0, 2.0, 3.0, 4.0], [10, 20, 30, 40]), 3.0),
+)
+
+
+def expected_steps() -> int:
+    """Exercise 1, part 1: accumulation steps for the batch of 48 in micro-batches of 8 (one GPU)."""
+    return acc.accumulation_steps_for(TRIPS_CASE["batch_size"], TRIPS_CASE["micro_batch_size"])
+
+
+def expected_last_trip_weight() -> float:
+    """Exercise 1, part 2: one example's weight in the short last trip, each trip's mean divided by the trips."""
+    trips = acc.trip_sizes(TRIPS_CASE["batch_size"], TRIPS_CASE["uneven_micro_batch_size"])
+    return acc.weight_per_item(trips, "micro_mean")[-1]
+
+
+def check_trips(steps: Any, last_trip_weight: Any) -> Feedback:
+    """Exercise 1: the steps for 48 = 8 x steps, and one example's weight in the short trip of a loop in 10s."""
+    batch, micro = TRIPS_CASE["batch_size"], TRIPS_CASE["micro_batch_size"]
+    uneven = TRIPS_CASE["uneven_micro_batch_size"]
+    trips = acc.trip_sizes(batch, uneven)
+    n_trips, last = len(trips), trips[-1]
+    want_steps = expected_steps()
+    first = check_number(
+        steps, want_steps, name="steps", what=f"the number of micro-batches of {micro} per update",
+        rel_tol=0, abs_tol=1e-9,
+        mistakes=[(batch * micro, f"micro-batch x steps = batch, so divide: steps = {batch} / {micro}."),
+                  (micro / batch, f"Upside down: how many micro-batches of {micro} make {batch}?"),
+                  (micro, f"{micro} is the micro-batch size; the question asks how many of them make {batch}."),
+                  (batch, f"{batch} is the effective batch; the question asks how many micro-batches of {micro} "
+                          "make it.")],
+        hint=f"steps = effective batch / micro-batch (one GPU), as in acc.accumulation_steps_for({batch}, {micro}).")
+    if not first.correct:
+        return first
+    want = expected_last_trip_weight()
+    if is_placeholder(last_trip_weight):
+        done = unanswered("last_trip_weight", "the weight of one example of the last trip (e.g. 1 / 7)")
+        return Feedback(False, f"steps = {want_steps} is right; now {done.message}", answered=False)
+    second = check_number(
+        last_trip_weight, want, name="last_trip_weight", what="the weight of one example of the last trip",
+        rel_tol=0.01,
+        mistakes=[(1 / batch, f"1/{batch} is what every example gets in the big batch, and what a correct loop "
+                              f"must give. This loop takes the mean over the trip's {last} examples, then divides "
+                              f"by {n_trips} trips."),
+                  (1 / (n_trips * uneven), f"1/{n_trips * uneven} is the weight of an example in a full trip of "
+                                           f"{uneven}. The last trip holds only {last}."),
+                  (1 / last, f"That is the trip's mean alone: the loop also divides by the {n_trips} trips."),
+                  (1 / n_trips, f"1/{n_trips} is the weight of the whole trip; its {last} examples share it."),
+                  (1 / (len(trips) - 1) / last, f"The loop runs {n_trips} trips, not {n_trips - 1}: "
+                                                f"{batch} = {' + '.join(map(str, trips))}.")],
+        hint=f"One example of a trip of n examples weighs (1 / n) x (1 / {n_trips}).")
+    if not second.correct:
+        return second
+    others = acc.weight_per_item(trips, "micro_mean")[0]
+    return right(f"steps = {want_steps}, and last_trip_weight = 1/{round(1 / want)} = {want:g}: each of the "
+                 f"{last} examples of the short trip counts {want / others:.2f}x as much as the others (1/"
+                 f"{round(1 / others)}), instead of 1/{batch} for all. That is why acc.accumulation_steps_for("
+                 f"{batch}, {uneven}) refuses the split.")
+
+
+def token_case() -> tuple[list[float], list[int], float]:
+    """Exercise 2's real case: the notebook's padded batch in micro-batches of 2 sequences.
+
+    Returns each micro-batch's mean token loss, its real-token count, and the big batch's mean token loss, all
+    from :class:`~course_utils.accumulation.TinyTokenModel` on :func:`~course_utils.accumulation.padded_token_batch`.
+    """
+    import torch
+
+    tokens, labels = acc.padded_token_batch()
+    with torch.random.fork_rng(devices=[]):  # the model seeds torch's generator: leave the caller's untouched
+        model = acc.TinyTokenModel()
+    with torch.no_grad():
+        means, counts = [], []
+        for tb, lb in zip(acc.micro_batches(tokens, 2), acc.micro_batches(labels, 2)):
+            loss_sum, n = acc.token_loss_sum(model, tb, lb)
+            means.append(float(loss_sum) / n)
+            counts.append(n)
+        total, n_all = acc.token_loss_sum(model, tokens, labels)
+    return means, counts, float(total) / n_all
+
+
+#: Exercise 2's typical wrong formulas, each with the hint it earns.
+BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], float], str], ...] = (
+    (lambda m, n: sum(m) / len(m),
+     "That is the mean of the micro-batch means: the padding trap. A micro-batch of 6 tokens then counts as much as "
+     "one of 58. Weight each mean by its number of tokens."),
+    (lambda m, n: sum(m),
+     "You added the means without dividing: the bug of forgetting `/ accumulation_steps`. Turn each mean back into "
+     "a sum (mean x its tokens), add them up, and divide by all the tokens."),
+    (lambda m, n: sum(a * b for a, b in zip(m, n)),
+     "That is the sum of every token's loss. Divide it by the total number of real tokens."),
+    (lambda m, n: sum(a * b for a, b in zip(m, n)) / len(m),
+     "Divide the summed token losses by the number of tokens, not by the number of micro-batches."),
+    (lambda m, n: sum(m) / sum(n),
+     "Each mean is already divided by its own token count: multiply it back (mean x tokens) before dividing by "
+     "all the tokens."),
+)
+
+
+def check_batch_loss(fn: Any) -> Feedback:
+    """Exercise 2: ``fn(mean_losses, token_counts)`` must give the batch's mean loss per real token."""
+    means, counts, full = token_case()
+    cases = [*BATCH_LOSS_CASES, ((means, counts), full)]
+    hint = ("Each micro-batch's mean times its token count is its summed loss; add those up and divide by all the "
+            "real tokens of the batch.")
+    verdict = check_function(fn, cases, name="batch_loss", rel_tol=1e-5, hint=hint)
+    if verdict.correct or not verdict.answered or not callable(fn):
+        if verdict.correct:
+            return right(f"batch_loss gives the big batch's mean token loss on all {len(cases)} cases, including "
+                         f"the notebook's batch ({counts} tokens: {full:.4f}).")
+        return verdict
+    for mistake, why in BATCH_LOSS_MISTAKES:
+        if all(_matches(fn, args, mistake(*args)) for args, _ in cases):
+            return wrong(verdict.message, why)
+    return verdict
+
+
+def _matches(fn: Callable[..., Any], args: tuple, value: float) -> bool:
+    """True when ``fn(*args)`` returns ``value`` (up to rounding); False when it differs or raises."""
+    try:
+        return abs(float(fn(*[list(a) for a in args])) - value) <= 1e-6 * max(1.0, abs(value))
+    except Exception:  # noqa: BLE001 - any error means "not this mistake"
+        return False

@@ -1,0 +1,56 @@
+"""course_utils.exercises: the shared checks behind every notebook's auto-checked exercises."""
+from __future__ import annotations
+
+from course_utils.exercises import Feedback, check_choice, check_function, check_number
+
+
+def test_feedback_reads_as_one_message_and_as_a_bool() -> None:
+    assert str(Feedback(True, "x = 3.")) == "Right: x = 3." and Feedback(True, "x")
+    assert repr(Feedback(False, "x = 4 is not it.", "Count the scales.")) == (
+        "Not yet: x = 4 is not it.\nHint: Count the scales.")
+    assert not Feedback(False, "x")
+
+
+def test_a_number_is_right_within_tolerance_and_a_known_slip_gets_its_hint() -> None:
+    assert check_number(12.1, 12, name="gb", what="the size in GB", unit="GB").correct
+    slip = check_number(48, 12, name="gb", what="the size in GB", mistakes=[(48, "4 bytes, not 1")])
+    assert not slip.correct and slip.hint == "4 bytes, not 1"
+    other = check_number(7, 12, name="gb", what="x", hint="Bytes per weight times weights.")
+    assert not other.correct and other.hint == "Bytes per weight times weights."
+
+
+def test_placeholders_and_wrong_kinds_never_raise() -> None:
+    for value in (..., None):
+        feedback = check_number(value, 12, name="gb", what="the size in GB")
+        assert not feedback.correct and not feedback.answered and "replace the ..." in str(feedback)
+    for value in ("12", True, float("nan"), [12]):
+        feedback = check_number(value, 12, name="gb", what="the size in GB")
+        assert not feedback.correct and feedback.answered and "finite number" in feedback.message
+
+
+def test_a_choice_ignores_case_and_spaces_and_hints_per_option() -> None:
+    options = ("full", "lora", "qlora")
+    assert check_choice(" QLoRA ", "qlora", name="m", options=options).correct
+    lora = check_choice("lora", "qlora", name="m", options=options, hints={"lora": "16-bit base too big"})
+    assert not lora.correct and lora.hint == "16-bit base too big"
+    assert "one of the options" in check_choice("adapter", "qlora", name="m", options=options).message
+    assert not check_choice(..., "qlora", name="m", options=options).answered
+
+
+def test_a_function_is_tried_on_each_case_and_errors_become_one_line() -> None:
+    cases = [((2,), 4), ((3,), 9)]
+    assert check_function(lambda x: x * x, cases, name="square").correct
+    wrong = check_function(lambda x: x + 2, cases, name="square", hint="Multiply.")
+    assert not wrong.correct and "square(3) returned 5; expected 9." in wrong.message and wrong.hint == "Multiply."
+
+    def not_written(x: int) -> int:
+        raise NotImplementedError
+
+    def crashes(x: int) -> int:
+        return 1 // 0
+
+    assert not check_function(not_written, cases, name="square").answered
+    assert not check_function(lambda x: None, cases, name="square").answered
+    assert not check_function(..., cases, name="square").answered
+    assert "ZeroDivisionError" in check_function(crashes, cases, name="square").message
+    assert "should be a function" in check_function(3, cases, name="square").message
