@@ -17,8 +17,8 @@
 # %% [markdown]
 # ## Why: one matrix is not a model
 #
-# The lesson loads Alibaba's `Qwen/Qwen2.5-1.5B-Instruct` twice, in 16 bits and in 4-bit NF4, and compares
-# `get_memory_footprint()`. Two things happen there that one matrix cannot show you:
+# Take a real model, Alibaba's `Qwen/Qwen2.5-1.5B-Instruct`: load it twice, in 16 bits and in 4-bit NF4, and
+# compare `get_memory_footprint()`. Two things happen that one matrix cannot show you:
 #
 # 1. **Not every layer is quantized.** The 4-bit model is about a *third* of the 16-bit one, not a quarter.
 # 2. **You cannot train 4-bit weights**, yet you can fine-tune a 4-bit model: QLoRA freezes it and trains a
@@ -107,7 +107,7 @@ four_bit_ratio_panel()
 #
 # **Benefits**
 # - Weights in linear layers take 0.5 byte instead of 2: SmolLM2-135M drops from 269.0 MB to 109.8 MB, the
-#   lesson's Qwen2.5-1.5B-Instruct from 3.09 GB to 1.12 GB (both below).
+#   Qwen2.5-1.5B-Instruct from 3.09 GB to 1.12 GB (both below).
 # - QLoRA fine-tunes a model whose 16-bit weights would not fit: the base stays frozen in 4 bits and only a small
 #   adapter gets gradients and optimizer states.
 
@@ -152,7 +152,7 @@ print("same dtype and footprint as the direct call:",
       model_16.dtype == direct_16.dtype and fp16 == direct_16.get_memory_footprint())
 
 # %% [markdown]
-# For 4 bits, one more argument: a `BitsAndBytesConfig`, the lesson's. It quantizes each linear layer to NF4 as
+# For 4 bits, one more argument: a `BitsAndBytesConfig`. It quantizes each linear layer to NF4 as
 # it loads (notebook 01's format) and unpacks it to the 16-bit dtype for the maths. 4 bits need the
 # bitsandbytes package, which does not install on every machine: without it, each 4-bit cell prints one line
 # saying what it skipped, and the 4-bit size is computed from the parts instead of measured.
@@ -213,7 +213,7 @@ else:
           f"with them, 4-bit is {100 * (fp4 + scales) / fp16:.0f} % of 16-bit")
 
 # %% [markdown]
-# ### The lesson's Qwen2.5-1.5B-Instruct, computed
+# ### Qwen2.5-1.5B-Instruct, computed
 #
 # Its config file ships with the course, so its sizes can be computed on the meta device: no download, no GPU.
 # These are **computed**, not loaded; "Going deeper" loads it on a GPU and measures the same numbers.
@@ -278,7 +278,7 @@ check_four_bit_size(answer_gb)
 # %% [markdown]
 # ### Ask it a question
 #
-# The lesson asks the 4-bit model to complete "The capital of France is". The real model answers; the stand-in's
+# Ask the 4-bit model to complete "The capital of France is". The real model answers; the stand-in's
 # random weights produce noise. Noise can contain control characters, so the line shows them escaped
 # (`\x12`), never raw.
 
@@ -362,7 +362,7 @@ check_lora_count(answer)
 # %% [markdown]
 # ### "Under 1 %"? That depends on the model
 #
-# The lesson's Unsloth example promises under 1 % trainable parameters. Two percentages are in use, so here is
+# Unsloth's QLoRA example (below) promises under 1 % trainable parameters. Two percentages are in use, so here is
 # which is which. peft's `trainable%` divides the adapter by **all** parameters, base + adapter; the bracket
 # divides by the **base alone**. Counted on the meta device from the real configs:
 
@@ -513,7 +513,7 @@ if plan.run:
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# Machine details, the lesson's bigger model on a GPU, and a longer exercise. None of it is needed for notebook 02.
+# Machine details, Qwen2.5-1.5B-Instruct itself on a GPU, and a longer exercise. None of it is needed for notebook 02.
 
 # %% [markdown]
 # ### A CPU pitfall: 4-bit weights repacked for inference
@@ -551,7 +551,7 @@ else:
 # outputs of this notebook were made; the timing cell at the end shows why a CPU is for demos only.
 
 # %% [markdown]
-# With a GPU and the Hub, the next cell also loads the lesson's own model, Qwen2.5-1.5B-Instruct, in 4 bits and
+# With a GPU and the Hub, the next cell also loads Qwen2.5-1.5B-Instruct itself, in 4 bits, and
 # measures what the meta device computed above: about 1.1 GB.
 
 # %%
