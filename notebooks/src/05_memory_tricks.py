@@ -355,7 +355,8 @@ if DEVICE.type == "cuda":
 else:
     print("No CUDA GPU: skipped torch.cuda.reset_peak_memory_stats() and max_memory_allocated(), which count GPU "
           "memory only; running their CPU equivalent from course_utils.peak instead.")
-    cpu_peak.reset_rss_high_water_mark()  # 1. reset the process's peak resident memory
+    if not cpu_peak.reset_rss_high_water_mark():  # 1. reset the process's peak resident memory (Linux only)
+        print("This system cannot reset the peak: the figure below counts from the kernel's start, not the work's.")
     start = cpu_peak.current_rss_bytes()
     work("cpu")  # 2. the work
     added = cpu_peak.rss_high_water_mark_bytes() - start  # 3. read the peak
