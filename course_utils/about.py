@@ -32,6 +32,21 @@ SUPPORTED: dict[str, tuple[str, str]] = {
 #: What the Colab setup cell installs when missing or older than its floor. Never torch or transformers:
 #: the hosted image's own builds stay (replacing torch would break its CUDA setup).
 COLAB_INSTALLS = ("bitsandbytes", "accelerate", "peft")
+#: Of those, what the setup cell installs no newer than SUPPORTED's top (a bitsandbytes release can change its
+#: 4-bit kernels and CPU path): ``bitsandbytes>=0.48.2,<=0.50.2``.
+COLAB_CAPPED = ("bitsandbytes",)
+#: Google Colab's stack (as of 2026-12-01), tested besides the two ends above: every notebook under nbval
+#: (outputs compared) and the widget tests, by scripts/test_colab.sh with requirements-colab.txt. Colab runs
+#: Python 3.13 and torch 2.11+cu128; the test runs Python 3.11 and the CPU torch 2.13. bitsandbytes: Colab has
+#: none; the setup cell installs this one.
+COLAB_TESTED: dict[str, str] = {
+    "transformers": "5.15.0",
+    "peft": "0.20.0",
+    "accelerate": "1.14.0",
+    "huggingface_hub": "1.27.0",
+    "ipywidgets": "7.7.1",
+    "bitsandbytes": "0.50.2",
+}
 
 
 class NotebookInfo(NamedTuple):
@@ -62,9 +77,14 @@ def release_tag() -> str:
     return f"v{VERSION}"
 
 
+def repo_url() -> str:
+    """The repository's web address, e.g. ``https://github.com/pack-the-bag/single-gpu-tricks``."""
+    return f"https://github.com/{REPO}"
+
+
 def install_spec() -> str:
     """The pip requirement that installs this version of the package straight from the repository."""
-    return f"course-utils @ git+https://github.com/{REPO}@{release_tag()}"
+    return f"course-utils @ git+{repo_url()}@{release_tag()}"
 
 
 def _as_tuple(version: str) -> tuple[int, ...]:

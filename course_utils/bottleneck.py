@@ -61,25 +61,37 @@ class Diagnosis:
     options: list[Option] = field(default_factory=list)
 
     def text(self, limit: int = 4) -> str:
-        """The diagnosis in a few plain lines."""
+        """The diagnosis in a few short lines: the estimate against the budget, the three biggest parts at the
+        peak moment, and the options that fit (each with its estimated peak and time factor)."""
         est = self.estimate
-        head = (f"{est.describe()}: estimated peak {est.peak_gb:.2f} GB against a {self.budget_gb:g} GB budget "
-                f"({'allocator counter, CUDA' if est.device == 'cuda' else 'process memory, CPU'}).")
+        where = "GPU allocator counter" if est.device == "cuda" else "CPU process memory"
+        head = f"{est.describe()}: {est.peak_gb:.2f} GB ({where}), budget {self.budget_gb:g} GB"
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
-        over = est.peak_gb - self.budget_gb
         big = sorted(self.parts, key=lambda p: -p[1])[:3]
-        lines = [head, f"It does not fit: {over:.2f} GB over. Biggest parts at the peak ({est.peak_moment}): "
-                 + "; ".join(f"{label} {b / GB:.2f} GB" for label, b in big) + "."]
-        fitting = [o for o in self.options if o.fits]
+        lines = [f"{head}: it does not fit ({est.peak_gb - self.budget_gb:.2f} GB over)",
+                 f"biggest at the peak ({_short(est.peak_moment)}): "
+                 + " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)]
+        fitting = [o for o in self.options if o.fits][:limit]
         if not fitting:
-            lines.append("No combination of the tricks below fits: a smaller model, shorter sequences or a "
-                         "bigger machine is needed.")
-        else:
-            lines.append("Tricks that move it under the budget (same method first, fewest changes first):")
-            for o in fitting[:limit]:
-                lines.append(f"  - {' + '.join(o.changes)}: {o.peak_gb:.2f} GB, {o.time_text()} ({o.cost})")
+            lines.append("no combination of the tricks fits: a smaller model, shorter sequences or a bigger machine")
+            return "\n".join(lines)
+        lines.append("fits with:")  # same method first, then fewest changes (see _rank)
+        width = max(len(" + ".join(o.changes)) for o in fitting)
+        for o in fitting:
+            lines.append(f"  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
+                         f"({_short_cost(o.cost)})")
         return "\n".join(lines)
+
+
+def _short(text: str, stop: str = " (") -> str:
+    """``text`` up to ``stop``: a part's name without its explanation."""
+    return text.split(stop)[0]
+
+
+def _short_cost(cost: str) -> str:
+    """Each of an option's costs (joined by "; ") without its explanation after a colon or in brackets."""
+    return "; ".join(_short(_short(part, ":")) for part in cost.split("; "))
 
 
 _METHOD_NAMES = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "QLoRA"}

@@ -3,8 +3,10 @@
 ``memory`` without options prints the lesson's table (four models x four methods x three budgets). With
 ``--params N``, ``--config PATH|PRESET`` or ``--model ORG/NAME`` it estimates one model; ``--batch``, ``--seq``,
 ``--checkpointing``, ``--optimizer`` or ``--measure`` switch to a whole training step (activations included);
-``--budgets`` and ``--gpu`` set the memory budgets. Bad input: one line on stderr naming the option, exit
-status 2. Table mode imports no torch, so it answers instantly.
+``--budgets`` and ``--gpu`` set the memory budgets. ``--method`` also accepts the methods beyond the table
+(:data:`course_utils.memory.EXTRA_METHODS`, e.g. ``full-bf16``); the table without ``--method`` keeps its four.
+Bad input, absurd sizes included (``--params 1e30``): one line on stderr naming the option and its allowed
+range, exit status 2. Table mode imports no torch, so it answers instantly.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any, NoReturn, Sequence
 from course_utils import memory as mem
 from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
 from course_utils.configs import config_presets, read_config, resolve_config
+from course_utils.step_memory import MAX_BATCH, MAX_SEQ
 
 #: The options that turn the table into a whole-step estimate.
 STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure")
@@ -62,6 +65,20 @@ def parse_count(text: str) -> int:
     return int(round(value))
 
 
+def _count_text(n: float) -> str:
+    """A bound as people read it: '1,000,000' up to a billion, '1e14' above."""
+    return f"{int(n):,}" if n < 1e9 else f"{n:.0e}".replace("e+", "e")
+
+
+def param_count(text: str) -> int:
+    """:func:`parse_count`, between :data:`course_utils.memory.MIN_PARAMS` and ``MAX_PARAMS`` (1e14: 100 trillion)."""
+    value = parse_count(text)
+    if not mem.MIN_PARAMS <= value <= mem.MAX_PARAMS:
+        raise ValueError(f"must be between {_count_text(mem.MIN_PARAMS)} and {_count_text(mem.MAX_PARAMS)} "
+                         f"(100 trillion) parameters, got {text.strip()!r}")
+    return value
+
+
 def _typed(convert):
     """An argparse ``type=`` that turns ValueError/TypeError into argparse's own error."""
     def parse(text: str):
@@ -73,12 +90,15 @@ def _typed(convert):
     return parse
 
 
-def _positive_whole(text: str) -> int:
-    if not text.strip().lstrip("+-").isdigit():
-        raise ValueError(f"{text!r} is not a whole number")
-    if int(text) <= 0:
-        raise ValueError(f"must be a whole number > 0, got {int(text)}")
-    return int(text)
+def _whole(high: int):
+    """A parser of whole numbers from 1 to ``high``."""
+    def whole(text: str) -> int:
+        if not text.strip().lstrip("+-").isdigit():
+            raise ValueError(f"{text!r} is not a whole number")
+        if not 1 <= int(text) <= high:
+            raise ValueError(f"must be a whole number between 1 and {_count_text(high)}, got {int(text)}")
+        return int(text)
+    return whole
 
 
 def _budget_sizes(text: str) -> list[mem.Budget]:
@@ -87,20 +107,18 @@ def _budget_sizes(text: str) -> list[mem.Budget]:
         values = [float(item) for item in items]
     except ValueError:
         raise ValueError(f"{text!r}: budgets are sizes in GB separated by commas, e.g. 12,24") from None
-    bad = [v for v in values if not math.isfinite(v) or v <= 0]
+    bad = [v for v in values if not (math.isfinite(v) and mem.MIN_BUDGET_GB <= v <= mem.MAX_BUDGET_GB)]
     if bad:
-        raise ValueError(f"every budget must be > 0 GB, got {bad[0]:g}")
+        raise ValueError(f"every budget must be between {mem.MIN_BUDGET_GB:g} and {_count_text(mem.MAX_BUDGET_GB)} "
+                         f"GB, got {bad[0]:g}")
     return list(mem.budgets_from_gb(values))
 
 
 def _gpu_budgets(text: str) -> list[mem.Budget]:
-    from course_utils.datasheets import lookup
-
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ValueError("name at least one GPU, e.g. T4,L4,A100-40GB,H100")
-    sheets = [lookup(n) for n in names]
-    return [mem.Budget(f"{name} {sheet.memory_gb:g} GB", sheet.memory_gb) for name, sheet in zip(names, sheets)]
+    return [mem.gpu_budget(name) for name in names]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,17 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     memory = sub.add_parser("memory", help="estimate the memory of training a model (weights, gradients, AdamW)",
                             description=DESCRIPTION)
     what = memory.add_mutually_exclusive_group()
-    what.add_argument("--params", type=_typed(parse_count), metavar="N",
-                      help="parameter count of your model (e.g. 134515008, 7e9, 1.7B)")
+    what.add_argument("--params", type=_typed(param_count), metavar="N",
+                      help="parameter count of your model (e.g. 134515008, 7e9, 1.7B; 1,000 to 1e14)")
     what.add_argument("--config", metavar="PATH",
                       help="an architecture config.json, or a shipped preset: "
                            + ", ".join(config_presets()) + " (exact counts)")
     what.add_argument("--model", metavar="ORG/NAME",
                       help="a model on the Hugging Face Hub: reads only its config.json (no weights)")
-    memory.add_argument("--method", choices=tuple(mem.METHODS), default=None,
-                        help="show one method only (table); the method of the step (default lora)")
-    memory.add_argument("--lora-rank", type=_typed(_positive_whole), default=mem.REFERENCE_RANK, metavar="R",
-                        help="LoRA rank (default 8)")
+    memory.add_argument("--method", choices=tuple(mem.ALL_METHODS), default=None,
+                        help="show one method only (table); the method of the step (default lora). full-bf16: "
+                             "every weight, its gradient and AdamW's states in bfloat16 (8 bytes per parameter)")
+    memory.add_argument("--lora-rank", type=_typed(_whole(mem.MAX_LORA_RANK)), default=mem.REFERENCE_RANK,
+                        metavar="R", help="LoRA rank (default 8)")
     memory.add_argument("--targets", type=_typed(normalize_targets), default=None, metavar="NAMES",
                         help="LoRA target modules, comma-separated (default q_proj,v_proj; or all-linear); "
                              "needs --config or --model")
@@ -131,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
             (budgets, "--budgets", _budget_sizes, "GB,GB",
              "memory budgets in GB, comma-separated (default: laptop 16, GPU 24, GPU 80)"),
             (budgets, "--gpu", _gpu_budgets, "NAME,NAME",
-             "budget by GPU name from the datasheet table, e.g. T4,L4,A100-40GB,H100"),
-            (step, "--batch", _positive_whole, "B", "batch size (default 1)"),
-            (step, "--seq", _positive_whole, "S", "sequence length in tokens (default 128)")):
+             "budget by GPU name from the datasheet table, e.g. T4,L4,A100-40GB,H100 (a T4: the 15.33 GB a "
+             "process can use)"),
+            (step, "--batch", _whole(MAX_BATCH), "B", "batch size (default 1)"),
+            (step, "--seq", _whole(MAX_SEQ), "S", "sequence length in tokens (default 128)")):
         group.add_argument(flag, type=_typed(parse), default=None, metavar=metavar, help=text)
     step.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing")
     step.add_argument("--optimizer", choices=mem.OPTIMIZERS, default=None, help="optimizer (default adamw)")
@@ -230,8 +250,12 @@ def _print_step(args: argparse.Namespace, request: Request) -> int:
     device = "cuda" if args.gpu else "cpu"  # a GPU's budget is its allocator's counter: no CPU process baseline
     try:
         est = sm.estimate_step(config, **step, device=device)
+        if args.measure:  # a measured step has tighter bounds (batch, rank): say so before printing anything
+            from course_utils.measure import step_spec
+
+            step_spec(config, **step)
     except (ValueError, TypeError) as err:
-        raise ExitError(str(err)) from None
+        raise ExitError(_naming_option(err)) from None
     print(est.format())
     for budget in request.budgets:
         verdict = "fits" if est.peak_gb <= budget.gb else "does not fit"
@@ -255,6 +279,17 @@ def _print_measurement(config: dict[str, Any], step: dict[str, Any], est: Any) -
         est = sm.estimate_step(config, **step, device=sm.estimate_device_for(device))
     print(f"measured: {m.what}")
     print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
+
+
+#: The option of each argument name an error of the Python API starts with ("seq must be between ...").
+_OPTIONS = {"batch": "--batch", "seq": "--seq", "lora_rank": "--lora-rank", "targets": "--targets",
+            "method": "--method", "optimizer": "--optimizer"}
+
+
+def _naming_option(err: Exception) -> str:
+    """An API error as the command line says it: 'argument --seq: seq must be ...' (unchanged if no option fits)."""
+    option = _OPTIONS.get(str(err).split(" ", 1)[0].rstrip(":"))
+    return f"argument {option}: {err}" if option else str(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

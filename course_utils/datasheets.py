@@ -2,26 +2,61 @@
 
 No torch here, so the command line can budget by GPU name (``--gpu T4,L4``) instantly;
 :mod:`course_utils.hardware` uses the same table for the GPU it finds.
+
+A GPU's memory *budget* (:attr:`Datasheet.budget_gb`) is what a training process can use, on the counter the
+step estimates predict (PyTorch's allocator): the memory the driver exposes, minus the CUDA context, which
+lives outside that counter. Colab's T4 exposes 15,095 MiB (15.83 GB) of its 16 GB and the context takes about
+0.5 GB, so a T4 is budgeted at 15.33 GB. Where the exposed memory has not been measured, the budget is the
+datasheet's figure (an upper bound).
+
+The 70 % rule (:func:`course_utils.memory.usable_gb`) applies on top of this budget for the lesson's table,
+whose estimate leaves out activations; a whole-step estimate (:mod:`course_utils.step_memory`, activations
+and backward's buffers included) is compared with the budget itself.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from course_utils import checks
+
+#: What the CUDA context takes on a GPU (driver state, kernel images, cuBLAS workspace), outside PyTorch's
+#: allocator counter: about 0.5 GB.
+CUDA_CONTEXT_GB = 0.5
+#: What ``torch.cuda.get_device_properties(0).total_memory`` reports on Colab's T4: 15,095 MiB = 15.83 GB.
+T4_EXPOSED_GB = 15_095 * 2**20 / 1e9
+
 
 class Datasheet(NamedTuple):
-    """Peak dense throughput from NVIDIA's datasheets and whitepapers, in TFLOP/s (no sparsity)."""
+    """Peak dense throughput from NVIDIA's datasheets and whitepapers, in TFLOP/s (no sparsity), and memory in GB.
+
+    ``exposed_gb``: the memory the driver exposes to a process (``total_memory``), where measured; None otherwise.
+    """
 
     name: str
     fp32_tflops: float
     tensor16_tflops: float  # 16-bit matrix peak: tensor cores (fp16/bf16, FP32 accumulate) where the GPU has them
     memory_gb: float
+    exposed_gb: float | None = None
+
+    @property
+    def budget_gb(self) -> float:
+        """The memory a training step may use, in GB: the exposed memory minus the CUDA context, or the datasheet's.
+
+        For the table the 70 % rule applies on top of it; a whole-step estimate is compared with it directly.
+        """
+        return self.memory_gb if self.exposed_gb is None else budget_from_total_gb(self.exposed_gb)
+
+
+def budget_from_total_gb(total_gb: float) -> float:
+    """The budget of a GPU whose driver exposes ``total_gb`` GB: that minus :data:`CUDA_CONTEXT_GB`."""
+    return checks.number(total_gb, "total_gb", CUDA_CONTEXT_GB, low_open=True) - CUDA_CONTEXT_GB
 
 
 #: Datasheet figures for the GPUs learners meet most, by short key. Consumer GeForce cards are listed at their
 #: FP32-accumulate tensor rate (what PyTorch's 16-bit matmuls use), half their FP16-accumulate headline figure.
 #: The P100 has no tensor cores: its 16-bit figure is plain FP16 at twice the FP32 rate.
 DATASHEETS: dict[str, Datasheet] = {
-    "T4": Datasheet("NVIDIA T4", 8.1, 65.0, 16.0),
+    "T4": Datasheet("NVIDIA T4", 8.1, 65.0, 16.0, T4_EXPOSED_GB),
     "P100": Datasheet("NVIDIA P100 PCIe", 9.3, 18.7, 16.0),
     "V100": Datasheet("NVIDIA V100 SXM2", 15.7, 125.0, 16.0),
     "V100-PCIe": Datasheet("NVIDIA V100 PCIe", 14.0, 112.0, 16.0),

@@ -23,9 +23,14 @@ from course_utils.units import format_bytes
 
 #: NF4 block size used by bitsandbytes: one float32 scale ("absmax") per 64 weights.
 NF4_BLOCKSIZE = 64
+#: Double quantization (QLoRA's, ``bnb_4bit_use_double_quant=True``) stores those scales in 8 bits, in blocks of
+#: 256 scales that each keep one float32 scale of their own: 8/64 + 32/(64 x 256) = 0.127 bit per weight.
+DOUBLE_QUANT_BLOCKSIZE = 256
 #: The parts of a model, in the order tables and charts show them.
 PART_NAMES = ("embedding table", "attention linears (q, k, v, o)", "MLP linears (gate, up, down)",
               "other linears", "linear biases", "norms", "lm_head", "other parameters", "buffers")
+#: The parts bitsandbytes quantizes (every nn.Linear but the output head).
+_QUANTIZED_PARTS = frozenset({"attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"})
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,7 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
                 add("other parameters", n, 2)
     for buf in model.buffers():
         add("buffers", buf.numel(), buf.element_size())
-    quantized = {"attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"}
-    parts = [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in quantized) for n in PART_NAMES]
+    parts = [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in _QUANTIZED_PARTS) for n in PART_NAMES]
     if head is not None and is_tied(model):
         parts[PART_NAMES.index("lm_head")] = Part("lm_head", 0, 0, False)
     return parts
@@ -137,6 +141,53 @@ def scale_bytes(model: torch.nn.Module, bits: int) -> int:
     head = _output_embedding(model)
     rows = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
     return rows * 4
+
+
+def nf4_scale_bytes(n_weights: int, double_quant: bool = True) -> float:
+    """Bytes of NF4 scales for ``n_weights`` 4-bit weights, by the per-weight rule (no per-tensor rounding up).
+
+    Without double quantization: one float32 per 64 weights (0.5 bit a weight). With it: one byte per 64
+    weights plus one float32 per 256 of those bytes (0.127 bit a weight).
+    """
+    n = checks.integer(n_weights, "n_weights", 0)
+    checks.flag(double_quant, "double_quant")
+    if not double_quant:
+        return n / NF4_BLOCKSIZE * 4
+    return n / NF4_BLOCKSIZE + n / (NF4_BLOCKSIZE * DOUBLE_QUANT_BLOCKSIZE) * 4
+
+
+@dataclass(frozen=True)
+class FourBitSize:
+    """A model's 4-bit size against the half-byte floor: what stays 16-bit and what the NF4 scales add (bytes)."""
+
+    params: int
+    quantized: int
+    codes_bytes: float
+    scales_bytes: float
+    kept_bytes: float
+
+    @property
+    def floor_bytes(self) -> float:
+        """Every parameter at half a byte: the estimator's QLoRA rule."""
+        return self.params * 0.5
+
+    @property
+    def total_bytes(self) -> float:
+        """4-bit codes + their scales + the parts kept in 16 bits."""
+        return self.codes_bytes + self.scales_bytes + self.kept_bytes
+
+
+def four_bit_size(config: Any, double_quant: bool = True) -> FourBitSize:
+    """The 4-bit size of the architecture ``config`` by bitsandbytes' rules, computed on the meta device.
+
+    Every linear layer but the output head goes to NF4 (half a byte a weight, plus :func:`nf4_scale_bytes`);
+    the embedding table, an untied lm_head, norms and biases stay 16-bit. Buffers are left out.
+    """
+    parts = footprint_parts(meta_model(config), 16)
+    params = sum(p.params for p in parts if p.name != "buffers")
+    quantized = sum(p.params for p in parts if p.name in _QUANTIZED_PARTS)
+    return FourBitSize(params, quantized, quantized * 0.5, nf4_scale_bytes(quantized, double_quant),
+                       (params - quantized) * 2.0)
 
 
 def measured_scale_bytes(model: torch.nn.Module) -> int:
@@ -223,6 +274,17 @@ LLAMA3_70B: dict[str, Any] = {
     "_name_or_path": "meta-llama/Meta-Llama-3-70B",
     "_source": "config.json of meta-llama/Meta-Llama-3-70B (the fields that decide its size)",
     "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+}
+
+#: Qwen's Qwen2.5-7B (Qwen/Qwen2.5-7B), the fields of its ``config.json`` that decide its size: 28 query heads
+#: share 4 key/value heads of 128, q/k/v carry biases (qwen2), and the lm_head is a separate (untied) table.
+QWEN25_7B: dict[str, Any] = {
+    "_name_or_path": "Qwen/Qwen2.5-7B",
+    "_source": "config.json of Qwen/Qwen2.5-7B (the fields that decide its size)",
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "hidden_act": "silu", "torch_dtype": "bfloat16",
 }
 
 #: Which parts of :func:`architecture_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.

@@ -202,9 +202,9 @@ def hardware_summary() -> str:
         major, minor = torch.cuda.get_device_capability(index)
         mem = gpu_memory_gb(index) or 0.0
         if bf16_native(index):
-            precision = "native bf16: lessons autocast to bfloat16"
+            precision = "native bf16: 16-bit steps use bfloat16"
         else:
-            precision = "no native bf16 (bf16 is only emulated here): lessons use float16 + loss scaling"
+            precision = "no native bf16 (bf16 is only emulated here): 16-bit steps use float16 + loss scaling"
         sheet = datasheet_for(name)
         peak = (f"datasheet {sheet.tensor16_tflops:g} TFLOP/s 16-bit" if sheet is not None
                 else "no datasheet entry, so no % of peak")
@@ -212,7 +212,7 @@ def hardware_summary() -> str:
     cores = os.cpu_count() or 1
     where = f"{MPS_REASON}; " if mps_available() else "no CUDA GPU; "
     return (f"CPU only: {platform.machine()}, {cores} cores, {where}"
-            "GPU-only steps will say they were skipped; lessons autocast to bfloat16")
+            "GPU-only steps say they were skipped; 16-bit steps use bfloat16")
 
 
 def version_notes(installed: dict[str, str] | None = None) -> list[str]:
@@ -224,8 +224,15 @@ def version_notes(installed: dict[str, str] | None = None) -> list[str]:
     return [note for note in notes if note is not None]
 
 
+#: The versions the setup cell's one line names (all of them: :func:`versions`).
+SETUP_LINE_PACKAGES = ("torch", "transformers", "bitsandbytes", "peft")
+
+
 def setup_report() -> str:
-    """The text the setup cell of every notebook prints: versions, the hardware line, then any version notes."""
+    """What the setup cell of every notebook prints: one line (hardware, main versions), then any version notes.
+
+    A note is a line only for a library outside the supported range, so a working setup prints one line.
+    """
     have = versions()
-    lines = [", ".join(f"{k} {v}" for k, v in have.items()), hardware_summary()]
-    return "\n".join(lines + version_notes(have))
+    named = ", ".join(f"{k} {have[k]}" for k in SETUP_LINE_PACKAGES if k in have)
+    return "\n".join([f"Ready. {hardware_summary()}. {named}."] + version_notes(have))

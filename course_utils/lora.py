@@ -19,6 +19,10 @@ from course_utils.footprint import count_model_parameters, true_numel
 from course_utils.models import keep_4bit_trainable_on_cpu, meta_model
 from course_utils.quiet import quiet_libraries
 
+#: How QLoRA's gradient checkpointing recomputes: the non-reentrant variant, which torch recommends and which
+#: works with frozen inputs. Without it, torch warns on every run that the default will change.
+CHECKPOINTING_KWARGS: dict[str, bool] = {"use_reentrant": False}
+
 
 def _check_lora_args(r: Any, alpha: Any, targets: Any) -> tuple[str, ...]:
     checks.integer(r, "r", 1, 1024)
@@ -82,7 +86,8 @@ def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Se
         from peft import get_peft_model, prepare_model_for_kbit_training
 
         if quantized if prepare_kbit is None else prepare_kbit:
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu)
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu,
+                                                    gradient_checkpointing_kwargs=CHECKPOINTING_KWARGS)
             if on_gpu:
                 model.config.use_cache = False  # the generation cache is useless (and warned about) with checkpointing
         if seed is None:

@@ -9,12 +9,12 @@ Two tools live here.
   peak since the process started. The returned object's ``what`` always says which one you got.
 
 * :func:`measure_training_step` - one (or a few) real training steps of a decoder language model built
-  from its ``config.json`` with random, seeded weights: full fine-tuning, LoRA, LoRA on a 16-bit base, or
-  QLoRA (4-bit NF4 base). Every 16-bit dtype comes from :mod:`course_utils.hardware` (bfloat16 on a CPU and on
-  Ampere-or-newer GPUs, float16 with loss scaling on a T4, which has no native bfloat16). It counts the
-  bytes of the weights, gradients and optimizer states exactly from the tensors, the activations autograd
-  saves for backward (deduplicated by storage), and measures the step's peak memory and time. On CPU the
-  step runs in a fresh child process (so the peak belongs to this step only), with
+  from its ``config.json`` with random, seeded weights: full fine-tuning (float32, or pure bfloat16), LoRA, LoRA
+  on a 16-bit base, or QLoRA (4-bit NF4 base). Every other 16-bit dtype comes from :mod:`course_utils.hardware`
+  (bfloat16 on a CPU and on Ampere-or-newer GPUs, float16 with loss scaling on a T4, which has no native
+  bfloat16). It counts the bytes of the weights, gradients and optimizer states exactly from the tensors, the
+  activations autograd saves for backward (deduplicated by storage), and measures the step's peak memory and
+  time. On CPU the step runs in a fresh child process (so the peak belongs to this step only), with
   ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors go back to the system and resident memory tracks the
   live bytes; the child is killed after ``timeout_s``. With ``compile=True`` the step runs in such a bounded
   child on a GPU too: compiling has no upper bound on its time.
@@ -48,7 +48,7 @@ from course_utils import checks
 from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
 from course_utils.configs import config_name, read_config
 from course_utils.hardware import as_device
-from course_utils.memory import METHODS, OPTIMIZERS
+from course_utils.memory import ALL_METHODS, OPTIMIZERS
 from course_utils.peak import current_rss_bytes, track_peak
 from course_utils.quiet import quiet_libraries
 from course_utils.units import GB
@@ -176,7 +176,7 @@ def _spec(config: Any, method: str, batch: int, seq: int, lora_rank: int, target
         raise ValueError("config must describe a model: a JSON object with a 'model_type' key")
     for key in ("torch_dtype", "dtype"):  # the step chooses its dtypes (see step_precision)
         cfg.pop(key, None)
-    checks.choice(method, "method", METHODS)
+    checks.choice(method, "method", ALL_METHODS)
     checks.choice(optimizer, "optimizer", OPTIMIZERS)
     limit = cfg.get("max_position_embeddings")
     checks.integer(batch, "batch", 1, 4096)
@@ -191,6 +191,18 @@ def _spec(config: Any, method: str, batch: int, seq: int, lora_rank: int, target
             "steps": steps, "accumulation": accumulation, "seed": int(seed)}
 
 
+def step_spec(config: str | os.PathLike | Mapping[str, Any], **step: Any) -> dict[str, Any]:
+    """Check the arguments of a step as :func:`measure_training_step` would (ValueError naming the argument), and
+    return its plain-JSON description; ``step`` is that function's keyword arguments. Nothing is built or run."""
+    args = {"method": "lora", "batch": 8, "seq": 128, "lora_rank": 8, "targets": DEFAULT_TARGETS,
+            "checkpointing": False, "optimizer": "adamw", "autocast": None, "compile": False, "steps": 1,
+            "accumulation": 1, "seed": 0}
+    unknown = set(step) - set(args)
+    if unknown:
+        raise ValueError(f"unknown argument(s) {', '.join(sorted(unknown))}; allowed: {', '.join(args)}")
+    return _spec(config, **{**args, **step})
+
+
 def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smollm2-135m", *,
                           method: str = "lora", batch: int = 8, seq: int = 128, lora_rank: int = 8,
                           targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
@@ -199,8 +211,9 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
                           device: Any = None, subprocess_: bool | None = None) -> StepMeasurement:
     """Build the model, run a warm-up step, then measure ``steps`` training steps; see the module doc.
 
-    ``method``: ``"full"`` (every weight trained, float32), ``"lora"`` (float32 base frozen, LoRA adapters
-    of rank ``lora_rank`` on ``targets``), ``"lora-bf16"`` (the frozen base in the device's 16-bit dtype:
+    ``method``: ``"full"`` (every weight trained, float32), ``"full-bf16"`` (every weight trained, stored in
+    bfloat16 with no float32 master copy; AdamW's states are bfloat16 too), ``"lora"`` (float32 base frozen, LoRA
+    adapters of rank ``lora_rank`` on ``targets``), ``"lora-bf16"`` (the frozen base in the device's 16-bit dtype:
     bfloat16, or float16 on a T4), ``"qlora"`` (the frozen base in 4-bit NF4 via bitsandbytes, computing in
     that 16-bit dtype). ``optimizer``: ``"adamw"`` (torch, two float32 states = 8 bytes per trained
     parameter) or ``"adamw8bit"`` (bitsandbytes, two 8-bit states + block scales, about 2 bytes).
@@ -252,7 +265,7 @@ def measure_training_steps(config: str | os.PathLike | Mapping[str, Any], cases:
     for spec in specs:
         _for_device(spec, dev)
     if not runs_in_child(dev, False):
-        return [StepMeasurement.from_dict(run_step(spec)) for spec in specs]
+        return [_in_process_or_error(spec) for spec in specs]
     if not _can_fork():
         return [_child_or_error(spec, float(timeout_s)) for spec in specs]
     return _run_forked_children(specs, float(timeout_s))
@@ -284,6 +297,26 @@ def _child_or_error(spec: dict[str, Any], timeout_s: float) -> StepMeasurement |
         return StepMeasurement.from_dict(_run_in_child(spec, timeout_s))
     except (TimeoutError, RuntimeError) as err:
         return err
+
+
+def _in_process_or_error(spec: dict[str, Any]) -> StepMeasurement | Exception:
+    """One case in this process (CUDA): its result, or its error (an out-of-memory included) in its place.
+
+    After a failure the case's tensors are freed and the allocator's cache emptied, so that the next case starts
+    from what was allocated before this one.
+    """
+    import torch
+
+    try:
+        return StepMeasurement.from_dict(run_step(spec))
+    except (RuntimeError, ValueError, ImportError, TimeoutError) as err:  # torch.OutOfMemoryError is a RuntimeError
+        return err if isinstance(err, RuntimeError) else RuntimeError(f"{type(err).__name__}: {err}")
+    finally:
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _run_forked_children(specs: list[dict[str, Any]], timeout_s: float) -> list[StepMeasurement | Exception]:
@@ -395,18 +428,19 @@ def step_precision(method: str, autocast: str | None, device: Any = None) -> Pre
 
     The 16-bit dtype is :func:`course_utils.hardware.autocast_dtype`: bfloat16 on a CPU or an Ampere-or-newer
     GPU, float16 on a T4 (it emulates bfloat16 slowly; ``torch.cuda.is_bf16_supported()`` says True there).
-    ``lora-bf16`` and ``qlora`` store (or compute) their frozen base in it. ``autocast``: None, ``"auto"``
+    ``lora-bf16`` and ``qlora`` store (or compute) their frozen base in it. ``full-bf16`` is bfloat16 on every
+    device, by its name (pure float16 training without a float32 master copy loses small updates; a T4 runs
+    bfloat16 by emulation, slowly). ``autocast``: None, ``"auto"``
     (that dtype) or an explicit ``"bfloat16"`` / ``"float16"`` for a lesson that compares dtypes on purpose.
     Loss scaling (:func:`course_utils.hardware.needs_loss_scaling`) is on when float16 does the arithmetic.
     Decides only: nothing is allocated.
     """
     from course_utils.hardware import autocast_dtype, needs_loss_scaling
 
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    checks.choice(method, "method", ALL_METHODS)
     half = autocast_dtype(as_device(device))
     half_name = str(half).replace("torch.", "")
-    base = half_name if method in ("lora-bf16", "qlora") else "float32"
+    base = {"lora-bf16": half_name, "qlora": half_name, "full-bf16": "bfloat16"}.get(method, "float32")
     if autocast not in (None, "auto", "bfloat16", "float16"):
         raise ValueError(f"autocast must be None, 'auto', 'bfloat16' or 'float16', got {autocast!r}")
     amp = half_name if autocast == "auto" else autocast
@@ -527,7 +561,7 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     """The model a spec describes, random seeded weights, on ``device``, ready to train.
 
     The 16-bit base of ``lora-bf16`` and ``qlora`` (and QLoRA's compute dtype) is :func:`step_precision`'s:
-    bfloat16, or float16 on a T4.
+    bfloat16, or float16 on a T4. ``full-bf16`` is the whole model in bfloat16, every parameter trainable.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -559,7 +593,7 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
     if spec.get("checkpointing"):
         model.activation_checkpointing_enable() if hasattr(model, "activation_checkpointing_enable") \
             else model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if method != "full":
+    if not ALL_METHODS[method].trains_all:
         from peft import LoraConfig, get_peft_model
 
         lora = LoraConfig(r=spec["lora_rank"], lora_alpha=2 * spec["lora_rank"], lora_dropout=0.0,
@@ -780,12 +814,17 @@ def _result(spec: Mapping[str, Any], step: _Step, peak: Any, *, baseline: int, f
     import torch
 
     what = peak.what
-    if step.dev.type != "cuda":
+    peak_bytes, start_bytes, before = int(peak.bytes), int(peak.start_bytes), 0
+    if step.dev.type == "cuda":  # this process: count the step's own bytes, above what was allocated before it
+        before, baseline = int(baseline), 0
+        peak_bytes, start_bytes = max(0, peak_bytes - before), max(0, start_bytes - before)
+        what += f"; counted above the {before:,} bytes already allocated in this process before the model was built"
+    else:
         what = (what.replace("this process", "a fresh child process")
                 + "; includes the child's baseline (Python, torch, transformers); "
                 + "MALLOC_MMAP_THRESHOLD_=65536 so freed tensors leave the resident set")
     return {
-        "peak_bytes": int(peak.bytes), "baseline_bytes": int(baseline),
+        "peak_bytes": peak_bytes, "baseline_bytes": int(baseline),
         "weights_bytes": _unique_nbytes(_tensors_of_params(step.model)),
         "grads_bytes": step.counts.get("grads", 0),
         "optimizer_bytes": _unique_nbytes(_optimizer_tensors(step.optimizer)),
@@ -799,8 +838,9 @@ def _result(spec: Mapping[str, Any], step: _Step, peak: Any, *, baseline: int, f
         "trained_params": int(sum(p.numel() for p in step.trained)), "first_step_seconds": first,
         "compile_seconds": max(0.0, first - per_step) if spec.get("compile") else None,
         "reserved_bytes": peak.reserved_bytes, "loss": losses[-1] if losses else float("nan"),
-        "torch_threads": torch.get_num_threads(), "start_bytes": int(peak.start_bytes),
+        "torch_threads": torch.get_num_threads(), "start_bytes": start_bytes,
         "extra": {"rss_before_imports_bytes": int(import_start_rss), "peak_start_bytes": int(peak.start_bytes),
+                  "allocated_before_bytes": before,
                   "base_dtype": step.precision.base, "loss_scaling": step.precision.loss_scaling},
     }
 

@@ -4,13 +4,22 @@ The lesson's estimator counts what a training step must keep in memory *besides*
 
 * **full fine-tuning in float32**: every weight is trained, so each parameter carries 4 bytes of
   weight, 4 bytes of gradient and 8 bytes of AdamW state (two running averages): **16 bytes**;
+* **full fine-tuning in pure bfloat16** (``full-bf16``, outside the lesson's table): every weight trained and
+  stored in bfloat16 with no float32 master copy, as torchtune and many Trainer scripts do on Ampere-or-newer
+  GPUs: 2 bytes of weight, 2 of gradient, 2 + 2 of AdamW state (torch keeps the states in the weight's dtype):
+  **8 bytes**;
 * **LoRA**: the base model is frozen and stored at 4 bytes (float32), 2 bytes (bfloat16) or half a
   byte (4 bits, QLoRA) per weight; gradients and AdamW states exist only for the adapter's numbers:
   **12 bytes** each (4 gradient + 8 AdamW). As in the lesson, the adapter's own float32 copy (4 bytes
   per number) is left out: it is 0.0018 GB for SmolLM2-135M at rank 8.
 
 GB here means 10^9 bytes. A run "fits" a memory budget when the estimate uses at most 70 % of it: the
-rest is for activations (which grow with batch and text length), the framework and the system.
+rest is for activations (which grow with batch and text length), the framework and the system. A GPU's
+budget is what a training process can use (:attr:`course_utils.datasheets.Datasheet.budget_gb`: a T4 gives
+15.33 GB, not 16); the 70 % rule applies on top of that, because this estimate leaves out the activations.
+
+The lesson's table has four methods (:data:`METHODS`); :data:`EXTRA_METHODS` are selectable by key (the
+command line's ``--method``, the planners) but never shown in the table. :data:`ALL_METHODS` holds both.
 
 Without an architecture config the adapter's size is an **assumption**: LoRA rank 8 on ``q_proj`` and
 ``v_proj`` trains 460,800 of SmolLM2-135M's 134,515,008 numbers (0.34 %), and the table assumes the same
@@ -29,6 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from course_utils import checks
 from course_utils.architecture import DEFAULT_TARGETS, count_parameters, lora_adapter_params
 from course_utils.configs import read_config
+from course_utils.datasheets import lookup
 from course_utils.units import GB
 
 #: Share of a memory budget the estimate may use; the rest is for activations, the framework, the system.
@@ -41,6 +51,14 @@ SMOLLM2_ADAPTER = 460_800
 REFERENCE_RANK = 8
 #: The lesson's assumption for models without a config: LoRA trains this share of the model (0.34 %).
 ADAPTER_SHARE = SMOLLM2_ADAPTER / SMOLLM2_PARAMS
+#: The parameter counts the estimator accepts: 1,000 (a toy) to 10^14 (100 trillion, ~50x today's largest models).
+MIN_PARAMS = 1_000
+MAX_PARAMS = 10**14
+#: The largest LoRA rank the estimator accepts.
+MAX_LORA_RANK = 65_536
+#: The memory budgets the estimator accepts, in GB: 10 MB to 10 TB (a rack of GPUs).
+MIN_BUDGET_GB = 0.01
+MAX_BUDGET_GB = 10_000.0
 #: The optimizers a step can use: torch's AdamW (8 bytes of state per trained number) or bitsandbytes' 8-bit AdamW.
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw8bit")
 
@@ -50,11 +68,16 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw8bit")
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Method:
-    """A way to train: its command-line key, its label, and bytes per frozen base weight (None: all trained)."""
+    """A way to train: its key, its label, bytes per frozen base weight (None: all trained), bytes per trained number.
+
+    A trained number costs ``trained_bytes`` of gradient and twice that of AdamW state (torch keeps both states
+    in the trained tensor's dtype), plus the same again of weight when the method trains every weight.
+    """
 
     key: str
     label: str
     base_bytes: float | None
+    trained_bytes: float = 4.0
 
     @property
     def trains_all(self) -> bool:
@@ -69,6 +92,12 @@ METHODS: dict[str, Method] = {
     "lora-bf16": Method("lora-bf16", "LoRA, base in bfloat16", 2.0),
     "qlora": Method("qlora", "QLoRA, base in 4 bits", 0.5),
 }
+#: Methods beyond the lesson's table: selectable by key, never in the table (its four rows per model stay four).
+EXTRA_METHODS: dict[str, Method] = {
+    "full-bf16": Method("full-bf16", "full fine-tuning (bfloat16)", None, 2.0),
+}
+#: Every method the estimator accepts: the table's four, then the extras.
+ALL_METHODS: dict[str, Method] = {**METHODS, **EXTRA_METHODS}
 
 
 @dataclass(frozen=True)
@@ -102,13 +131,32 @@ class Budget:
         return usable_gb(self.gb)
 
 
+def check_params(params: float, name: str = "params") -> float:
+    """A parameter count between :data:`MIN_PARAMS` and :data:`MAX_PARAMS` (ValueError naming ``name`` otherwise)."""
+    return checks.number(params, name, MIN_PARAMS, MAX_PARAMS)
+
+
+def check_budget(budget_gb: float, name: str = "budget_gb") -> float:
+    """A memory budget in GB between :data:`MIN_BUDGET_GB` and :data:`MAX_BUDGET_GB`."""
+    return checks.number(budget_gb, name, MIN_BUDGET_GB, MAX_BUDGET_GB)
+
+
 #: The lesson's three budgets: the course laptop and two rentable GPUs.
 BUDGETS: tuple[Budget, ...] = (Budget("laptop 16 GB", 16.0), Budget("GPU 24 GB", 24.0), Budget("GPU 80 GB", 80.0))
 
 
+def gpu_budget(gpu: str) -> Budget:
+    """The budget of a GPU by name ('T4', 'A100-40GB'): what a training process can use there, e.g. 'T4 15.33 GB'.
+
+    See :attr:`course_utils.datasheets.Datasheet.budget_gb`; :func:`fits` applies the 70 % rule on top of it.
+    """
+    gb = lookup(gpu).budget_gb
+    return Budget(f"{gpu} {gb:.4g} GB", gb)
+
+
 def usable_gb(budget_gb: float) -> float:
-    """The memory an estimate may use on a budget of ``budget_gb`` GB: 70 % of it."""
-    budget_gb = checks.positive(budget_gb, "budget_gb")
+    """The memory an estimate may use on a budget of ``budget_gb`` GB (a GPU's: what a process can use): 70 % of it."""
+    budget_gb = check_budget(budget_gb)
     return round(budget_gb * USABLE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
 
 
@@ -151,7 +199,7 @@ class MemoryEstimate:
     @property
     def label(self) -> str:
         """The method's label, e.g. 'LoRA, base in float32'."""
-        return METHODS[self.method].label
+        return ALL_METHODS[self.method].label
 
     def parts_gb(self) -> dict[str, float]:
         """The three parts in GB, in the order a stacked bar draws them."""
@@ -165,8 +213,8 @@ class MemoryEstimate:
 
 def assumed_adapter_params(params: float, lora_rank: int = REFERENCE_RANK) -> float:
     """The lesson's assumption: LoRA trains 460,800 / 134,515,008 of a model at rank 8, linear in the rank."""
-    params = checks.positive(params, "params")
-    lora_rank = checks.integer(lora_rank, "lora_rank", 1, 65_536)
+    params = check_params(params)
+    lora_rank = checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
     return params * ADAPTER_SHARE * lora_rank / REFERENCE_RANK
 
 
@@ -174,19 +222,21 @@ def estimate(params: float, method: str = "lora", *, adapter: float | None = Non
              lora_rank: int = REFERENCE_RANK, name: str = "") -> MemoryEstimate:
     """Estimate weights + gradients + AdamW states for training a model of ``params`` parameters.
 
-    ``method`` is one of :data:`METHODS` (``full``, ``lora``, ``lora-bf16``, ``qlora``). ``adapter`` is the
+    ``method`` is one of :data:`ALL_METHODS` (``full``, ``lora``, ``lora-bf16``, ``qlora``, ``full-bf16``);
+    ``params`` is between :data:`MIN_PARAMS` and :data:`MAX_PARAMS` (ValueError otherwise). ``adapter`` is the
     exact number of LoRA numbers if you know it (see :func:`lora_adapter_params`); without it the lesson's
     0.34 % share is assumed, scaled by ``lora_rank`` / 8. Activations are not included.
     """
-    params_n = checks.positive(params, "params")
-    meth = METHODS[checks.choice(method, "method", METHODS)]
+    params_n = check_params(params)
+    meth = ALL_METHODS[checks.choice(method, "method", ALL_METHODS)]
+    per = meth.trained_bytes
     if meth.trains_all:
-        return MemoryEstimate(name, method, int(params_n), params_n, 4.0 * params_n, 4.0 * params_n,
-                              8.0 * params_n)
+        return MemoryEstimate(name, method, int(params_n), params_n, per * params_n, per * params_n,
+                              2 * per * params_n)
     assumed = adapter is None
     trained = assumed_adapter_params(params_n, lora_rank) if assumed else checks.positive(adapter, "adapter")
-    return MemoryEstimate(name, method, int(params_n), trained, meth.base_bytes * params_n, 4.0 * trained,
-                          8.0 * trained, adapter_assumed=assumed)
+    return MemoryEstimate(name, method, int(params_n), trained, meth.base_bytes * params_n, per * trained,
+                          2 * per * trained, adapter_assumed=assumed)
 
 
 def estimate_model(model: ModelSize, method: str, lora_rank: int = REFERENCE_RANK) -> MemoryEstimate:
@@ -204,7 +254,7 @@ def estimate_table(models: Sequence[ModelSize] = MODELS, methods: Iterable[str] 
 def what_fits(budget_gb: float, models: Sequence[ModelSize] = MODELS,
               lora_rank: int = REFERENCE_RANK) -> list[MemoryEstimate]:
     """The rows of the lesson's table that fit ``budget_gb`` (at most 70 % of it)."""
-    budget_gb = checks.positive(budget_gb, "budget_gb")
+    budget_gb = check_budget(budget_gb)
     return [e for e in estimate_table(models, lora_rank=lora_rank) if e.fits(budget_gb)]
 
 
@@ -215,13 +265,12 @@ HEADER = "ESTIMATE: weights + gradients + AdamW states. Activations are not incl
 FOOTNOTE_FITS = "fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."
 #: "QLoRA needs a GPU library" is out of date: bitsandbytes 0.50 runs its 4-bit layers on x86 CPUs too. What stays
 #: true is that a CPU trains a 7B model (the reason to use QLoRA) far too slowly for a first experiment.
-FOOTNOTE_QLORA = ("QLoRA uses bitsandbytes: version 0.50 runs 4 bits on x86 CPUs too, but a CPU is slow "
-                  "for the large models QLoRA is for.")
+FOOTNOTE_QLORA = "QLoRA: bitsandbytes 0.50 runs on x86 CPUs too, but slowly for the large models QLoRA is for."
 
 
 def budgets_from_gb(values: Iterable[float]) -> tuple[Budget, ...]:
     """Budgets labelled by their size, e.g. ``[12, 24]`` -> '12 GB', '24 GB'."""
-    out = tuple(Budget(f"{checks.positive(v, 'budget'):g} GB", float(v)) for v in values)
+    out = tuple(Budget(f"{check_budget(v, 'budget'):g} GB", float(v)) for v in values)
     if not out:
         raise ValueError("budgets must hold at least one size in GB")
     return out
@@ -279,19 +328,27 @@ def size_name(params: int) -> str:
 # Measured peak vs estimate: where the memory went
 # --------------------------------------------------------------------------------------------
 #: The counted parts of a measured step, in the order :func:`account_for_peak` lists them.
-PEAK_PARTS = (("baseline_bytes", "framework baseline (Python, torch, transformers, peft)"),
+PEAK_PARTS = (("baseline_bytes", "framework baseline (Python and libraries)"),
               ("weights_bytes", "weights (frozen base + adapter)"), ("grads_bytes", "gradients"),
               ("optimizer_bytes", "AdamW states"), ("saved_activations_bytes", "activations saved for backward"))
 
 
-def account_for_peak(measured: Any) -> list[tuple[str, float]]:
+def account_for_peak(measured: Any, digits: int | None = None) -> list[tuple[str, float]]:
     """Split a measured training-step peak into named parts, in GB.
 
     ``measured`` is a ``course_utils.measure.StepMeasurement`` (or anything with ``peak_bytes`` and the
     attributes of :data:`PEAK_PARTS`). The last part, 'other (temporaries, allocator)', is what the counted
     parts do not explain; it can be negative when the counted parts were not all alive at the peak.
+    With ``digits``, every counted part is rounded to that many decimals of a GB and 'other' is the rounded
+    peak minus their sum, so the printed parts add up to the printed peak exactly.
     """
-    peak = checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0)
-    parts = [(label, checks.number(getattr(measured, attr, None), f"measured.{attr}", 0)) for attr, label in PEAK_PARTS]
-    parts.append(("other (temporaries, allocator)", peak - sum(v for _, v in parts)))
-    return [(name, v / GB) for name, v in parts]
+    peak = checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0) / GB
+    parts = [(label, checks.number(getattr(measured, attr, None), f"measured.{attr}", 0) / GB)
+             for attr, label in PEAK_PARTS]
+    if digits is not None:
+        digits = checks.integer(digits, "digits", 0, 9)
+        parts = [(label, round(v, digits)) for label, v in parts]
+        peak = round(peak, digits)
+    other = peak - sum(v for _, v in parts)
+    parts.append(("other (temporaries, allocator)", other if digits is None else round(other, digits)))
+    return parts

@@ -164,13 +164,25 @@ def load_settings(bits: int = 16, device: torch.device | str | None = None) -> d
 
     dtype: :func:`course_utils.hardware.autocast_dtype` of the device (float16 on a T4, bfloat16 from
     compute capability 8.0 and on CPUs), for the model at 16 bits and for the non-quantized parts and the
-    NF4 maths at 4 bits. device_map: ``"auto"`` on a CUDA GPU, ``"cpu"`` elsewhere.
+    NF4 maths at 4 bits. device_map: :func:`device_map`, the whole model on that one device.
     """
     check_load_bits(bits)
     dev = as_device(device)
     dtype = autocast_dtype(dev)
-    return {**dtype_kwargs(dtype), "device_map": "auto" if dev.type == "cuda" else "cpu",
+    return {**dtype_kwargs(dtype), "device_map": device_map(dev),
             "quantization_config": quantization_config(bits, dtype)}
+
+
+def device_map(device: torch.device | str | None = None) -> dict[str, int] | str:
+    """``from_pretrained``'s ``device_map`` that puts the whole model on ``device``: ``{"": index}`` or ``"cpu"``.
+
+    Never ``"auto"``: on a machine with two GPUs (Kaggle's 2 x T4) that spreads the layers over both, while the
+    lessons read the peak memory of one device.
+    """
+    dev = as_device(device)
+    if dev.type != "cuda":
+        return "cpu"
+    return {"": dev.index if dev.index is not None else torch.cuda.current_device()}
 
 
 def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None,

@@ -31,6 +31,9 @@ gradient must flow through it):
   the weight, 2 bytes per parameter, kept until backward): on a small model at a small batch, autocast can
   *raise* the peak.
 * **Checkpointing** keeps each layer's input (b·s·h numbers), and recomputes one layer at a time.
+* **Pure bfloat16 full tuning** (``full-bf16``): the weights, their gradients and torch AdamW's two states
+  are all bfloat16 (2 + 2 + 4 bytes per parameter, no float32 master copy); the activations are 16-bit too,
+  except what RMSNorm and the loss compute in float32 (their float32 tensors are counted as above).
 
 The step's peak is then the largest of a few moments (all on top of baseline + weights + optimizer
 states): the start of backward (saved activations + 2 logit-sized buffers), the head's backward (its weight
@@ -49,7 +52,7 @@ from typing import Any, Iterable, Sequence
 
 from course_utils import checks
 from course_utils.architecture import DEFAULT_TARGETS, Architecture, Config, normalize_targets
-from course_utils.memory import METHODS, OPTIMIZERS
+from course_utils.memory import ALL_METHODS, MAX_LORA_RANK, OPTIMIZERS
 from course_utils.units import GB
 
 #: Resident memory of the measuring child process after ``import torch, transformers, peft, bitsandbytes``
@@ -67,6 +70,9 @@ NF4_CODE_BYTES = 16 * 4
 #: bitsandbytes 8-bit optimizers keep float32 states for tensors smaller than this.
 BNB_MIN_8BIT_SIZE = 4096
 BNB_BLOCK = 256
+#: The largest batch and sequence length a step estimate accepts (the sequence is also bounded by the config).
+MAX_BATCH = 1_000_000
+MAX_SEQ = 10_000_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,12 +129,22 @@ class _Plan:
     checkpointing: bool
 
     @property
-    def full(self) -> bool:
-        return self.method == "full"
+    def full(self) -> bool:  # every weight trains
+        return ALL_METHODS[self.method].trains_all
 
     @property
     def model_bytes(self) -> int:  # bytes of the hidden states / non-quantized weights
-        return 2 if self.method in ("lora-bf16", "qlora") else 4
+        return model_dtype_bytes(self.method)
+
+
+def model_dtype_bytes(method: str) -> int:
+    """Bytes per number of the model's hidden states and non-quantized weights: 2 for 16-bit bases, else 4."""
+    return 2 if method in ("lora-bf16", "qlora", "full-bf16") else 4
+
+
+def trained_dtype_bytes(method: str) -> int:
+    """Bytes per trained number (its gradient and each AdamW state alike): 2 for ``full-bf16``, else 4."""
+    return int(ALL_METHODS[method].trained_bytes)
 
 
 class _Walk:
@@ -328,10 +344,16 @@ class StepEstimate:
                *([("framework runtime after a first step (kernels, threads)", self.runtime_bytes)]
                  if self.runtime_bytes else []),
                (f"weights ({_weights_label(self.method)})", self.weights_bytes),
-               (f"optimizer states ({'8-bit AdamW' if self.optimizer == 'adamw8bit' else 'AdamW, 8 bytes'}"
-                f" per trained number)", self.optimizer_bytes)]
+               (f"optimizer states ({self._optimizer_words} per trained number)", self.optimizer_bytes)]
         out += list(self.moments[self.peak_moment].items())
         return out
+
+    @property
+    def _optimizer_words(self) -> str:
+        """'8-bit AdamW', or 'AdamW, 8 bytes' (torch AdamW's two states take the trained tensor's dtype)."""
+        if self.optimizer == "adamw8bit":
+            return "8-bit AdamW"
+        return f"AdamW, {2 * trained_dtype_bytes(self.method)} bytes"
 
     def categories(self) -> dict[str, int]:
         """The peak in five parts, for a stacked bar: weights, gradients, optimizer, activations, overhead.
@@ -347,8 +369,9 @@ class StepEstimate:
         return out
 
     def describe(self) -> str:
-        what = (f"{self.arch.name}, {METHODS[self.method].label}"
-                + (f" (rank {self.lora_rank} on {', '.join(self.targets)})" if self.method != "full" else "")
+        meth = ALL_METHODS[self.method]
+        what = (f"{self.arch.name}, {meth.label}"
+                + ("" if meth.trains_all else f" (rank {self.lora_rank} on {', '.join(self.targets)})")
                 + f", batch {self.batch} x {self.seq} tokens"
                 + (f" x {self.accumulation} micro-batches" if self.accumulation > 1 else "")
                 + f", {'8-bit AdamW' if self.optimizer == 'adamw8bit' else 'AdamW'}"
@@ -382,33 +405,38 @@ def _category(label: str) -> str:
 
 
 def _weights_label(method: str) -> str:
-    return {"full": "float32", "lora": "float32 base + adapters", "lora-bf16": "bfloat16 base + float32 adapters",
+    return {"full": "float32", "full-bf16": "bfloat16", "lora": "float32 base + adapters",
+            "lora-bf16": "bfloat16 base + float32 adapters",
             "qlora": "NF4 base, bfloat16 embedding/norms + float32 adapters"}[method]
 
 
-def _optimizer_state_bytes(sizes: Iterable[int], optimizer: str) -> int:
+def _optimizer_state_bytes(sizes: Iterable[int], optimizer: str, state_bytes: int = 4) -> int:
+    """AdamW's states: torch keeps two of ``state_bytes`` (the parameter's dtype); bitsandbytes two 8-bit ones."""
     total = 0
     for n in sizes:
-        if optimizer == "adamw" or n < BNB_MIN_8BIT_SIZE:
-            total += 8 * n + 4  # exp_avg, exp_avg_sq and a float32 step counter (bitsandbytes: small tensors too)
+        if optimizer == "adamw":
+            total += 2 * state_bytes * n + 4  # exp_avg, exp_avg_sq and a float32 step counter
+        elif n < BNB_MIN_8BIT_SIZE:
+            total += 8 * n + 4  # bitsandbytes keeps float32 states for small tensors, whatever their dtype
         else:
             total += 2 * n + 2 * 4 * math.ceil(n / BNB_BLOCK) + 4  # two uint8 states + block scales
     return total
 
 
-def _optimizer_scratch_bytes(sizes: Sequence[int], optimizer: str, device: str) -> int:
+def _optimizer_scratch_bytes(sizes: Sequence[int], optimizer: str, device: str, state_bytes: int = 4) -> int:
     """Temporary memory of one optimizer step, read from the implementations.
 
     torch AdamW on CPU (for-loop): ``exp_avg_sq.sqrt() / bias_correction`` makes two temporaries the size
     of the parameter being updated. On CUDA (foreach): one temporary per trained number (the list of
-    square roots). bitsandbytes 8-bit on CPU: both states dequantized to float32, a float32 gradient copy
-    and the two denominator temporaries (5 x 4 bytes x the largest tensor); on CUDA a fused kernel (0).
+    square roots). Both in the states' dtype (``state_bytes``: 2 for bfloat16 parameters). bitsandbytes 8-bit on
+    CPU: both states dequantized to float32, a float32 gradient copy and the two denominator temporaries
+    (5 x 4 bytes x the largest tensor); on CUDA a fused kernel (0).
     """
     if not sizes:
         return 0
     largest = max(sizes)
     if optimizer == "adamw":
-        return 4 * sum(sizes) if device == "cuda" else 2 * 4 * largest
+        return state_bytes * sum(sizes) if device == "cuda" else 2 * state_bytes * largest
     return 0 if device == "cuda" else 5 * 4 * largest
 
 
@@ -433,10 +461,8 @@ def _device_kind(device: Any) -> str:
 
 def weights_bytes(arch: Architecture, method: str, adapter_sizes: Sequence[int]) -> int:
     """Bytes of the model's weights for ``method``: the base in its dtype, float32 adapters, rotary buffers."""
-    if method in ("full", "lora"):
-        base = 4 * arch.params
-    elif method == "lora-bf16":
-        base = 2 * arch.params
+    if method != "qlora":
+        base = model_dtype_bytes(method) * arch.params
     else:  # qlora: the layers' linear weights in NF4, the rest (embedding, norms) in bfloat16
         base = sum(round(NF4_BYTES_PER_PARAM * n) + NF4_CODE_BYTES if is_linear else 2 * n
                    for _, n, is_linear in arch.param_tensors())
@@ -446,12 +472,16 @@ def weights_bytes(arch: Architecture, method: str, adapter_sizes: Sequence[int])
 
 def _backward_moments(arch: Architecture, acts: Activations, *, method: str, batch: int, seq: int,
                       checkpointing: bool, autocast: bool, grads: int, held_grads: int) -> dict[str, dict[str, int]]:
-    """The candidate peak moments of backward, each as its parts on top of baseline + weights + optimizer states."""
+    """The candidate peak moments of backward, each as its parts on top of baseline + weights + optimizer states.
+
+    A gradient has its weight's dtype: 4 bytes per number, 2 for ``full-bf16``.
+    """
     saved = acts.total
     saved_before_loss = acts.total - acts.logits_fp32_bytes  # the log-softmax output is freed first
     kept = {"gradients kept across micro-batches": held_grads} if held_grads else {}
     head = arch.vocab * arch.hidden
-    head_grad = {"output-layer weight gradient": 4 * head} if acts.lm_head_trainable else {}
+    gb = trained_dtype_bytes(method)
+    head_grad = {"output-layer weight gradient": gb * head} if acts.lm_head_trainable else {}
     moments: dict[str, dict[str, int]] = {}
     if acts.logits_rg:
         moments["start of backward (loss gradient over the vocabulary)"] = {
@@ -461,25 +491,25 @@ def _backward_moments(arch: Architecture, acts: Activations, *, method: str, bat
         moments["head backward (its weight gradient)"] = {
             "activations saved for backward": saved_before_loss,
             "logits gradient": acts.logits_bytes,
-            "output-layer weight gradient": 4 * head + (2 * head if autocast else 0), **kept}
+            "output-layer weight gradient": gb * head + (2 * head if autocast and gb == 4 else 0), **kept}
     if checkpointing:
         moments["backward of the top layer (recomputed)"] = {
             "activations saved for backward": saved_before_loss,
             "one layer's recomputed activations": acts.per_layer,
-            "gradient of the hidden states": batch * seq * arch.hidden * 4, **head_grad, **kept}
-    if method == "full":
-        moments["end of backward (embedding gradient)"] = _embedding_gradient_moment(arch, grads, held_grads)
+            "gradient of the hidden states": batch * seq * arch.hidden * gb, **head_grad, **kept}
+    if ALL_METHODS[method].trains_all:
+        moments["end of backward (embedding gradient)"] = _embedding_gradient_moment(arch, grads, held_grads, gb)
     return moments
 
 
-def _embedding_gradient_moment(arch: Architecture, grads: int, held_grads: int) -> dict[str, int]:
-    """Full tuning: the embedding's backward makes a dense (vocab x hidden) float32 gradient.
+def _embedding_gradient_moment(arch: Architecture, grads: int, held_grads: int, grad_bytes: int = 4) -> dict[str, int]:
+    """Full tuning: the embedding's backward makes a dense (vocab x hidden) gradient, ``grad_bytes`` per number.
 
     A tied embedding gets two contributions (head and embedding): autograd holds the head's until the
     embedding's arrives, then adds them into a third tensor. With accumulation, the .grad being added to
     exists as well.
     """
-    emb = 4 * arch.vocab * arch.hidden
+    emb = grad_bytes * arch.vocab * arch.hidden
     if arch.tied:
         end = {"gradients of the other weights": grads - emb,
                "tied embedding: 2 gradient contributions and their sum": 3 * emb}
@@ -502,25 +532,26 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
     :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the framework baseline.
     """
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
-    checks.choice(method, "method", METHODS)
+    checks.choice(method, "method", ALL_METHODS)
     checks.choice(optimizer, "optimizer", OPTIMIZERS)
     device = _device_kind(device)
-    checks.integer(batch, "batch", 1, 1_000_000)
-    checks.integer(seq, "seq", 1, arch.max_positions or 10_000_000)
-    checks.integer(lora_rank, "lora_rank", 1, 65_536)
+    checks.integer(batch, "batch", 1, MAX_BATCH)
+    checks.integer(seq, "seq", 1, arch.max_positions or MAX_SEQ)
+    checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
     checks.integer(accumulation, "accumulation", 1, 100_000)
     targets = normalize_targets(targets)
     if baseline_bytes is None:
         baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else CUDA_BASELINE_BYTES
-    trained_sizes = [n for _, n, _ in arch.param_tensors()] if method == "full" \
-        else arch.adapter_tensors(lora_rank, targets)
-    adapter_sizes = [] if method == "full" else trained_sizes
-    grads = 4 * sum(trained_sizes)
+    trains_all = ALL_METHODS[method].trains_all
+    trained_sizes = [n for _, n, _ in arch.param_tensors()] if trains_all else arch.adapter_tensors(lora_rank, targets)
+    adapter_sizes = [] if trains_all else trained_sizes
+    per = trained_dtype_bytes(method)
+    grads = per * sum(trained_sizes)
     acts = saved_activations(arch, batch, seq, method=method, lora_rank=lora_rank, targets=targets,
                              autocast=autocast, checkpointing=checkpointing)
     moments = _backward_moments(arch, acts, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
                                 autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0)
-    scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device)
+    scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device, per)
     moments["optimizer step"] = {"gradients": grads, **({"optimizer scratch": scratch} if scratch else {})}
     peak = max(moments, key=lambda k: sum(moments[k].values()))
     return StepEstimate(arch=arch, method=method, batch=batch, seq=seq, lora_rank=lora_rank, targets=targets,
@@ -528,7 +559,7 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
                         accumulation=accumulation, device=device, baseline_bytes=int(baseline_bytes),
                         runtime_bytes=CPU_RUNTIME_BYTES if device == "cpu" else 0,
                         weights_bytes=weights_bytes(arch, method, adapter_sizes), grads_bytes=grads,
-                        optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer),
+                        optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer, per),
                         activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak)
 
 

@@ -17,9 +17,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from course_utils.units import GB
+from course_utils.units import GB, format_seconds
+
+#: Seconds ``torch.compile`` gets to compile and run its first steps (on a GPU; a CPU skips it by default). The
+#: compiling runs on the CPU cores, and a Colab T4 comes with two: a minute is too short there.
+COMPILE_TIMEOUT_S = 300.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -38,20 +42,21 @@ class Trick:
 
 
 TRICKS: dict[str, Trick] = {t.key: t for t in (
-    Trick("baseline", "baseline (float32, AdamW)", {}, "the reference step"),
+    Trick("baseline", "baseline (float32)", {}, "the reference step"),
     Trick("checkpointing", "gradient checkpointing", {"checkpointing": True},
           "~50 % memory reduction at ~30 % speed cost", memory_ratio=0.5, time_ratio=(1.3, 1.3)),
     # The key keeps the claim's name; the dtype is the device's ("auto": bfloat16 on a CPU or Ampere+, float16
-    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure.step_precision.
-    Trick("bf16", "16-bit autocast (bf16; fp16 on a T4)", {"autocast": "auto"},
+    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure.step_precision. Labels
+    # stay short: every table of notebook 05 prints them. The baseline trains with AdamW, like the other rows.
+    Trick("bf16", "16-bit autocast", {"autocast": "auto"},
           "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost",
           time_ratio=(0.5, 0.5)),
-    Trick("adamw8bit", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw8bit"},
+    Trick("adamw8bit", "8-bit AdamW", {"optimizer": "adamw8bit"},
           "8-bit Adam state; saves a lot when training big models (8 -> 2 bytes per trained number)"),
     Trick("compile", "torch.compile", {"compile": True},
           "1.2-1.5x speed-up on stable shapes; sometimes hurts on dynamic shapes",
           time_ratio=(1 / 1.5, 1 / 1.2)),
-    Trick("accumulation", "gradient accumulation (4 micro-batches)", {"accumulation": 4},
+    Trick("accumulation", "accumulation (4 micro-batches)", {"accumulation": 4},
           "big-batch gradients with small-batch memory; the cost is time"),
 )}
 
@@ -144,14 +149,19 @@ def estimate_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> 
 
 def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None = None,
                    keys: Sequence[str] = tuple(TRICKS), *, timeout_s: float = 300.0,
-                   compile_timeout_s: float = 240.0, device: Any = None,
-                   compile_on_cpu: bool = False) -> list[TrickResult]:
+                   compile_timeout_s: float = COMPILE_TIMEOUT_S, device: Any = None,
+                   compile_on_cpu: bool = False, skip_slow_bf16: bool = False) -> list[TrickResult]:
     """Measure one training step per trick (``baseline`` first) on ``device``, next to its estimate for that
     same device. ``device`` None means :func:`course_utils.hardware.pick_device`, decided once for the
-    estimates and the measurements. A trick that fails or runs past its time limit (``compile_timeout_s``
-    for ``torch.compile``, on a GPU too) is returned with ``skipped`` set to the reason instead of stopping
-    the others. On a CPU, ``torch.compile`` is tried only with ``compile_on_cpu=True``: building the compiled
-    C++ takes minutes on a laptop, so by default its row says it was skipped, and why."""
+    estimates and the measurements. On a CPU each step runs in a fresh child process bounded by ``timeout_s``;
+    on a GPU in this process, its peak counted above the memory already allocated (see
+    :func:`course_utils.measure.measure_training_step`). A trick that fails (an out-of-memory error included) or
+    runs past its time limit (``compile_timeout_s`` for ``torch.compile``, which always gets a child process) is
+    returned with ``skipped`` set to the reason instead of stopping the others. On a CPU, ``torch.compile`` is
+    tried only with ``compile_on_cpu=True``: building the compiled C++ takes minutes on a laptop, so by default
+    its row says it was skipped, and why. With ``skip_slow_bf16=True`` the 16-bit row is skipped (and says why) on
+    a CPU without bfloat16 instructions (:func:`cpu_bf16_fast` False), where 16-bit matrix multiplies are
+    emulated, many times slower than float32: a notebook need not wait minutes for a known answer."""
     from course_utils.hardware import as_device
     from course_utils.measure import measure_training_step, measure_training_steps
 
@@ -161,7 +171,11 @@ def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None 
     if unknown:
         raise ValueError(f"keys: unknown trick {unknown[0]!r}; known: {', '.join(TRICKS)}")
     rows = {key: _estimated_row(key, base, config, dev) for key in keys}
-    shared = [k for k in keys if k != "compile"]
+    if "bf16" in rows and dev.type == "cpu" and skip_slow_bf16 and cpu_bf16_fast() is False:
+        rows["bf16"].skipped = ("skipped on this CPU: it has no bfloat16 instructions (AVX-512-BF16 or AMX), so "
+                                "16-bit matrix multiplies are emulated, many times slower than float32 "
+                                "(skip_slow_bf16=False measures it anyway)")
+    shared = [k for k in keys if k != "compile" and not rows[k].skipped]
     if shared:  # one bounded child for all of them on a CPU, each case in a fresh fork (see measure_training_steps)
         measured = measure_training_steps(config, [trick_kwargs(k, base) for k in shared], timeout_s=timeout_s,
                                           device=dev)
@@ -176,7 +190,7 @@ def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None 
             try:
                 m = measure_training_step(config, timeout_s=compile_timeout_s, device=dev,
                                           **trick_kwargs("compile", base))
-            except (TimeoutError, RuntimeError) as err:
+            except (TimeoutError, RuntimeError, ImportError) as err:  # a compiler error, an OOM: a skipped row
                 m = err
             _record(row, m, compile_timeout_s)
     return [rows[k] for k in keys]
@@ -210,6 +224,42 @@ def _record(row: TrickResult, m: Any, limit: float) -> None:
         row.trained_params = m.trained_params
 
 
+def _change(memory: float, speed: float, time_word: str = "step time") -> str:
+    """``peak -16 %, step time +25 %`` (no "-0 %")."""
+    return f"peak {round(100 * (memory - 1)):+d} %, {time_word} {round(100 * (speed - 1)):+d} %"
+
+
+#: The first words of each kind of skip reason, and how a table cell says it.
+_SKIPS_SHORT = (("skipped on a CPU", "skipped on a CPU: compiling takes minutes"),
+                ("skipped on this CPU", "skipped: no fast bfloat16 on this CPU"),
+                ("skipped: did not finish", "skipped: ran out of time"),
+                ("skipped: the step failed", "skipped: the step failed"))
+
+
+def short_verdict(row: TrickResult, baseline: TrickResult | None) -> str:
+    """A table cell: ``peak -16 %, time +25 %`` against the baseline, ``reference``, or why it was skipped."""
+    if row.key == "baseline":
+        return "reference"
+    if row.skipped:
+        return next((short for start, short in _SKIPS_SHORT if row.skipped.startswith(start)), "skipped")
+    if baseline is None or baseline.peak_bytes is None or baseline.step_seconds is None:
+        return "no baseline to compare with"
+    return _change(row.peak_bytes / baseline.peak_bytes, row.step_seconds / baseline.step_seconds, "time")
+
+
+def results_text(rows: Sequence[TrickResult]) -> str:
+    """One compact table: trick | estimate GB | peak GB | step time | against the baseline."""
+    base = next((r for r in rows if r.key == "baseline"), None)
+    width = max(len(r.label) for r in rows)
+    gb = lambda b: "-" if b is None else f"{b / GB:.2f}"  # noqa: E731 - a one-line format
+    lines = [f"{'trick':<{width}}  estimate GB  peak GB  step time  vs baseline"]
+    for r in rows:
+        secs = "-" if r.step_seconds is None else format_seconds(r.step_seconds)
+        lines.append(f"{r.label:<{width}}  {gb(r.estimate_bytes):>11}  {gb(r.peak_bytes):>7}  {secs:>9}  "
+                     f"{short_verdict(r, base)}")
+    return "\n".join(lines)
+
+
 def verdict(row: TrickResult, baseline: TrickResult) -> str:
     """One sentence: the claim next to what this machine measured, and why they differ when they do."""
     if row.key == "baseline":
@@ -220,7 +270,7 @@ def verdict(row: TrickResult, baseline: TrickResult) -> str:
         return "no baseline to compare with"
     memory = row.peak_bytes / baseline.peak_bytes
     speed = row.step_seconds / baseline.step_seconds
-    said = f"peak {round(100 * (memory - 1)):+d} %, step time {round(100 * (speed - 1)):+d} %"  # no "-0 %"
+    said = _change(memory, speed)
     explain = _EXPLANATIONS.get(row.key)
     return said if explain is None else explain(row, baseline, said, memory, speed)
 
@@ -230,33 +280,42 @@ def _checkpointing_verdict(row: TrickResult, baseline: TrickResult, said: str, m
         return said
     share = (baseline.saved_activations_bytes or 0) / baseline.peak_bytes
     moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
+    baseline_part = "" if _on_gpu(row) else ", the process baseline"
     return (f"{said}; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, "
             f"and with checkpointing the predicted peak comes at the {moment}; checkpointing removes only the "
-            "layers' activations (weights, gradients, optimizer states, the process baseline and the float32 "
+            f"layers' activations (weights, gradients, optimizer states{baseline_part} and the float32 "
             "logits path stay)")
 
 
 def _adamw8bit_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
     per = (row.optimizer_bytes or 0) / max(1, row.trained_params or 1)
     base_per = (baseline.optimizer_bytes or 0) / max(1, baseline.trained_params or 1)
-    return (f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted). "
-            "On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
+    counted = f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted)"
+    if _on_gpu(row):
+        return counted + ": bitsandbytes' fused GPU kernel updates the 8-bit states in place"
+    return (counted + ". On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
             "scratch memory the size of 5 float32 copies of the largest tensor; a GPU's fused kernel works in place")
 
 
 def _compile_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
     once = f"; compile {row.compile_seconds:.0f} s once" if row.compile_seconds is not None else ""
     ratio = 1 / speed
+    where = ("on this GPU the step may already be bound by its matrix multiplies, or too small to fill the card"
+             if _on_gpu(row) else "on a CPU most of a step's time is in matrix multiplies")
     why = "" if ratio >= 1.1 else (
-        "; no 1.2-1.5x here: on a CPU most of a step's time is in matrix multiplies, which compiled code leaves "
-        "to the same libraries (compiling fuses the small element-wise operations); noisy timings can also hide "
-        "a gain")
+        f"; no 1.2-1.5x here: {where}, which compiled code leaves to the same libraries (compiling fuses the "
+        "small element-wise operations); noisy timings can also hide a gain")
     return f"{said} ({ratio:.2f}x speed){once}{why}"
+
+
+def _on_gpu(row: TrickResult) -> bool:
+    """Whether ``row`` was measured (or would have been) on a CUDA GPU."""
+    return str(getattr(row.measurement, "device", None) or row.device or "cpu").startswith("cuda")
 
 
 def _bf16_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
     dtype = getattr(row.measurement, "autocast", None) or "bfloat16"
-    on_gpu = str(getattr(row.measurement, "device", row.device or "cpu")).startswith("cuda")
+    on_gpu = _on_gpu(row)
     if on_gpu and dtype == "float16":
         where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
     elif on_gpu:
@@ -292,16 +351,41 @@ _EXPLANATIONS = {"checkpointing": _checkpointing_verdict, "adamw8bit": _adamw8bi
 
 
 def results_table(rows: Sequence[TrickResult]) -> list[dict[str, Any]]:
-    """Rows for display: trick, claim, measured peak (GB) and step time (s), estimate, verdict."""
+    """Rows for display: trick, claim, measured peak (GB) and step time (in s or ms: never "0.0"), estimate,
+    the short verdict (``vs baseline``) and the long one (``measured``)."""
     base = next((r for r in rows if r.key == "baseline"), None)
     table = []
     for r in rows:
         table.append({"trick": r.label, "claim": r.claim,
                       "estimate GB": None if r.estimate_bytes is None else round(r.estimate_bytes / GB, 2),
                       "peak GB": None if r.peak_bytes is None else round(r.peak_bytes / GB, 2),
-                      "step s": None if r.step_seconds is None else round(r.step_seconds, 1),
+                      "step time": None if r.step_seconds is None else format_seconds(r.step_seconds),
+                      "vs baseline": short_verdict(r, base),
                       "measured": verdict(r, base) if base else ""})
     return table
+
+
+# --------------------------------------------------------------------------------------------
+# torch.compile up close: what a step keeps for backward
+# --------------------------------------------------------------------------------------------
+def saved_for_backward(fn: Callable[[], Any], exclude: Iterable[Any] = ()) -> tuple[Any, int]:
+    """Run ``fn()`` (a forward pass) and count the bytes autograd saves for backward meanwhile: each storage
+    once, leaving out storages shared with ``exclude`` (a model's parameters, held anyway). Works for eager and
+    ``torch.compile``'d code alike. Returns ``(fn's result, bytes)``; call backward on the result to free them."""
+    import torch
+
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    kept: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            kept[storage.data_ptr()] = max(kept.get(storage.data_ptr(), 0), storage.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = fn()
+    return result, sum(kept.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,8 +432,11 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
 
     * 16-bit: :func:`course_utils.hardware.autocast_dtype` decides. CUDA with native bfloat16 (compute
       capability >= 8.0): ``bf16=True`` as in the lesson. A T4 (7.5, bfloat16 only emulated): ``bf16=False,
-      fp16=True`` (float16 autocast; the Trainer adds loss scaling). CPU: ``bf16`` stays when the CPU supports
-      bfloat16 autocast (``cpu_bf16``), plus ``use_cpu=True``, ``disable_tqdm=True``, ``report_to="none"``.
+      fp16=True`` (float16 autocast; the Trainer adds loss scaling). CPU: ``bf16`` stays when the CPU does
+      bfloat16 in hardware (``cpu_bf16``, see :func:`cpu_bf16_fast`), plus ``use_cpu=True`` and
+      ``disable_tqdm=True``.
+    * ``report_to="none"`` on every device: before transformers 5 the default is ``"all"``, and Colab ships wandb,
+      whose login prompt would stop the Trainer.
     * Warm-up: transformers 4 has ``warmup_ratio`` and wants an *integer* ``warmup_steps``; transformers 5
       removed ``warmup_ratio`` and reads a float below 1 in ``warmup_steps`` as a ratio. With ``max_steps``
       the count ``ceil(0.03 x max_steps)`` is written, valid in both; without it, the ratio in the spelling the
@@ -391,18 +478,21 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
         kwargs["optim"] = "adamw_torch"
         changes.append("optim='adamw_8bit' -> 'adamw_torch': no bitsandbytes 8-bit AdamW for this device here "
                        "(not installed, or a version without a CPU optimizer)")
+    kwargs["report_to"] = "none"
+    changes.append("report_to='none': no experiment tracker (transformers 4 reports to every tracker it finds, "
+                   "and Colab has wandb, which would stop at a login prompt)")
     if dev.type == "cuda":
         if autocast_dtype(dev) == torch.float16:
             kwargs.update(bf16=False, fp16=True)
             changes.append("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below "
                            "8.0, e.g. a T4); float16 autocast, with the loss scaling the Trainer adds")
     else:
-        kwargs.update(use_cpu=True, disable_tqdm=True, report_to="none")
-        changes.append("use_cpu=True, disable_tqdm=True, report_to='none': no GPU; no progress bar on stderr; "
-                       "no experiment tracker")
+        kwargs.update(use_cpu=True, disable_tqdm=True)
+        changes.append("use_cpu=True, disable_tqdm=True: no GPU; no progress bar on stderr")
         if not cpu_bf16:
             kwargs["bf16"] = False
-            changes.append("bf16=True -> False: this CPU has no bfloat16 autocast support")
+            changes.append("bf16=True -> False: this CPU has no bfloat16 instructions (AVX-512-BF16 or AMX), so "
+                           "16-bit matrix multiplies would be emulated, many times slower than float32")
     if max_steps is not None:
         kwargs.update(max_steps=max_steps, save_strategy="no", logging_steps=1)
         changes.append(f"max_steps={max_steps}, save_strategy='no', logging_steps=1: a short demo run that "
@@ -450,11 +540,41 @@ def checkpointing_enabled(args: Any) -> bool:
 
 
 def _cpu_supports_bf16() -> bool:
+    """bfloat16 autocast on this CPU: supported by torch, and not emulated (see :func:`cpu_bf16_fast`)."""
+    if cpu_bf16_fast() is False:
+        return False
     try:
         from transformers.utils import is_torch_bf16_cpu_available
     except ImportError:  # pragma: no cover - older transformers
         return True
     return bool(is_torch_bf16_cpu_available())
+
+
+#: CPU flags that give bfloat16 matrix maths in hardware: x86 AVX-512-BF16 and AMX-BF16, ARM's BF16 extension.
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM); None where there is
+    no such file (macOS, Windows). ``cpuinfo``: the file's text, for tests."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return frozenset(value.split())
+    return None
+
+
+def cpu_bf16_fast(flags: frozenset[str] | set[str] | None = None) -> bool | None:
+    """Whether this CPU does bfloat16 matrix maths in hardware (AVX-512-BF16, AMX or ARM BF16): True or False; None
+    where the flags cannot be read. Without them PyTorch emulates 16-bit matrix multiplies, many times slower
+    than float32. ``flags``: a CPU's flags (default: :func:`cpu_flags`)."""
+    flags = cpu_flags() if flags is None else flags
+    return None if flags is None else bool(BF16_CPU_FLAGS & set(flags))
 
 
 def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64,
@@ -466,26 +586,43 @@ def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: 
     """
     import time
 
-    import torch
-
-    from course_utils.configs import config_name, read_config
-    from course_utils.measure import build_model
+    from course_utils.configs import config_name
     from course_utils.peak import track_peak
     from course_utils.quiet import quiet_libraries
 
+    trainer = demo_trainer(config, args, batch_examples=batch_examples, seq=seq, seed=seed)
     with quiet_libraries():  # silences bitsandbytes and transformers while they work; restored afterwards
+        start = time.perf_counter()
+        with track_peak(args.device) as peak:
+            result = trainer.train()
+        seconds = time.perf_counter() - start
+    return {"losses": trainer_losses(trainer), "steps": result.global_step, "seconds": seconds, "peak": peak,
+            "config": config_name(config)}
+
+
+def demo_trainer(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64, seed: int = 0) -> Any:
+    """A Hugging Face ``Trainer`` for a randomly initialised model of ``config`` on ``batch_examples`` random
+    sequences of ``seq`` tokens, ready to ``train()``. Built with the libraries' chatter silenced, and without
+    the callback that prints every log line (the losses stay in ``trainer.state.log_history``)."""
+    import torch
+
+    from course_utils.configs import read_config
+    from course_utils.measure import build_model
+    from course_utils.quiet import quiet_libraries
+
+    with quiet_libraries():
         from transformers import Trainer
         from transformers.trainer_callback import PrinterCallback
-        cfg, name = read_config(config), config_name(config)
+        cfg = read_config(config)
         model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
         gen = torch.Generator().manual_seed(seed + 1)
         ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
         data = [{"input_ids": row, "labels": row} for row in ids]
         trainer = Trainer(model=model, args=args, train_dataset=data)
         trainer.remove_callback(PrinterCallback)
-        start = time.perf_counter()
-        with track_peak(args.device) as peak:
-            result = trainer.train()
-        seconds = time.perf_counter() - start
-    losses = [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h]
-    return {"losses": losses, "steps": result.global_step, "seconds": seconds, "peak": peak, "config": name}
+    return trainer
+
+
+def trainer_losses(trainer: Any) -> list[float]:
+    """The training losses a ``Trainer`` logged, one per logging step, rounded to 4 digits."""
+    return [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h]

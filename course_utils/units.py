@@ -18,3 +18,21 @@ def format_bytes(n: Any) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def format_seconds(seconds: Any) -> str:
+    """A duration in the unit that reads best, never rounded to zero: ``2.4 s``, ``38 ms``, ``0.52 ms``, ``41 µs``.
+
+    A GPU step takes milliseconds, a CPU step seconds: one ``:.1f} s`` format would print a GPU's as ``0.0 s``.
+    """
+    s = checks.number(seconds, "seconds", 0)
+    if s >= 10:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.1f} s"
+    ms = s * 1e3
+    if ms >= 10:
+        return f"{ms:.0f} ms"
+    if ms >= 0.1:
+        return f"{ms:.2g} ms" if ms < 1 else f"{ms:.1f} ms"
+    return f"{s * 1e6:.2g} µs"

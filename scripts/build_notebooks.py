@@ -28,7 +28,7 @@ Usage (from the repo root, with the course environment):
 
 Stamped from the sources, never written by hand:
 - the header: study time (:func:`study_minutes`), the Colab badge and prev/next links;
-- slide metadata on every cell (:func:`slide_types`): a ``#``/``##`` heading starts a slide, ``###`` a sub-slide,
+- slide metadata on every cell (:func:`slide_types`): every ``#``/``##``/``###`` heading starts a slide,
   a slide that grows taller than the screen is split, and ``# %% [markdown] slide="notes"`` (or any of
   :data:`SLIDE_TYPES`) in a source overrides the rule for that cell. RISE (jupyterlab-rise) and nbconvert's
   slides read it;
@@ -47,6 +47,7 @@ import re
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 import time
 from datetime import datetime
 from pathlib import Path
@@ -76,22 +77,29 @@ EXEC_ENV = {
 }
 
 
+#: The setup cell's first line: a Colab form title (with ``cellView: "form"`` the code stays folded under it).
+SETUP_TITLE = "#@title Setup: the course helpers, versions and hardware (run me first)"
+
+
 def setup_cell_source(extras: list[str]) -> str:
     """The standard first code cell: install on Colab only, then print versions, hardware and version notes.
 
-    Its logic is unit-tested by executing this text with a fake pip (tests/test_setup_cell.py).
+    Its logic is unit-tested by executing this text with a fake pip and a simulated Colab (tests/test_setup_cell.py,
+    and the device profiles in tests/test_gpu_paths.py).
     """
     needs = {name: about.SUPPORTED[name][0] for name in about.COLAB_INSTALLS}
     needs.update({name: "0" for name in extras if name not in needs})
     needs_text = ", ".join(f"{name!r}: {floor!r}" for name, floor in needs.items())
-    return f'''# Setup. nbval-ignore-output: versions and hardware differ from machine to machine.
-# On Colab: install the course helpers at the version this notebook was built with, plus {", ".join(needs)}
+    caps_text = ", ".join(f"{name!r}: {about.SUPPORTED[name][1]!r}" for name in about.COLAB_CAPPED)
+    return f'''{SETUP_TITLE}
+# Run this cell first. On Colab: install the course helpers at the version this notebook was built with, plus {", ".join(needs)}
 # where missing or too old. Never torch or transformers: Colab's own builds stay. To install the helpers from
 # a fork or a mirror, set {about.SOURCE_ENV} first, e.g. %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main
 import importlib.metadata, os, subprocess, sys
 
 HELPERS = os.environ.get("{about.SOURCE_ENV}") or "{about.install_spec()}"
 NEEDS = {{{needs_text}}}  # package: oldest version the course works with
+CAPS = {{{caps_text}}}  # package: newest version the course was tested with (installed no newer)
 
 
 class SetupFailed(Exception):
@@ -112,23 +120,31 @@ def too_old(name, floor):
     return as_ints(have) < as_ints(floor)
 
 
-def pip_install(*args, what):
+def pip_install(*args, what, hint):
     keep = os.path.join(os.path.expanduser("~"), ".course-keep.txt")  # pip may not touch these two
     with open(keep, "w") as f:
         f.writelines(f"{{n}}=={{importlib.metadata.version(n)}}\\n" for n in ("torch", "transformers") if not too_old(n, "0"))
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", keep, *args],
-                          capture_output=True, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SetupFailed(f"pip could not install {{what}} ({{why}}). Check that the runtime has internet; to "
-                          f"use a fork or a mirror, set {about.SOURCE_ENV} (see the comment above) and run this cell again.")
+        said = ((done.stdout or "") + (done.stderr or "")).strip().splitlines()[-15:] or ["(nothing)"]
+        raise SetupFailed(f"pip could not install {{what}}.\\n{{hint}}\\npip's last lines:\\n    " + "\\n    ".join(said))
 
 
 if on_colab():
-    pip_install("--no-deps", HELPERS, what=f"the course helpers from {{HELPERS}}")
-    missing = [f"{{name}}>={{floor}}" for name, floor in NEEDS.items() if too_old(name, floor)]
+    if os.environ.get("{about.SOURCE_ENV}"):
+        where = f"{about.SOURCE_ENV}={{HELPERS}}"
+        hint = ("Check that value, or point it elsewhere in a new cell, e.g.\\n    %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main\\n"
+                "or clear it (%env {about.SOURCE_ENV}=) to use the release tag {about.release_tag()}; then run this cell again.")
+    else:
+        where = "{about.repo_url()} at tag {about.release_tag()}"
+        hint = ("That tag may not be published yet. To install the helpers from elsewhere (a fork, a branch), run\\n"
+                "    %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main\\nin a new cell, then run this cell again.")
+    pip_install("--no-deps", HELPERS, what=f"the course helpers from {{where}}", hint=hint)
+    missing = [f"{{name}}>={{floor}}" + (f",<={{CAPS[name]}}" if name in CAPS else "")
+               for name, floor in NEEDS.items() if too_old(name, floor)]
     if missing:
-        pip_install(*missing, what=", ".join(missing))
+        pip_install(*missing, what=", ".join(missing), hint="The 4-bit and LoRA cells need them.")
 
 from course_utils.hardware import setup_report
 print(setup_report())'''
@@ -147,10 +163,17 @@ def stamp_header(index: int) -> str:
     return f"{badge}\n\n{prev_link} · {next_link}"
 
 
+#: The setup cell's metadata: not compared (versions and hardware differ), and collapsed to its title line in
+#: JupyterLab (``jupyter.source_hidden``) and on Colab (a ``#@title`` form, ``cellView: "form"``).
+SETUP_CELL_METADATA = {"tags": ["nbval-ignore-output"], "nbval_reason": "versions and hardware differ from machine "
+                       "to machine", "cellView": "form", "jupyter": {"source_hidden": True}}
+
+
 def parse_source(text: str) -> list[nbformat.NotebookNode]:
     """Split a percent-format source into notebook cells, read by jupytext.
 
-    Code cells keep only their ``tags``; markdown cells keep no metadata; blank lines at either end of a cell
+    Code cells keep only their ``tags`` and ``nbval_reason`` (why nbval does not compare the cell: a test
+    requires it wherever a tag excludes one); markdown cells keep no metadata; blank lines at either end of a cell
     are dropped (jupytext would keep a stray one). ``# %% [setup] extras=[...]`` is ours: jupytext reads it as a
     code cell titled ``[setup]``, which becomes :func:`setup_cell_source`.
     """
@@ -163,11 +186,13 @@ def parse_source(text: str) -> list[nbformat.NotebookNode]:
             cells.append(nbformat.v4.new_raw_cell(source))
         elif str(meta.get("title", "")).startswith("[setup]"):
             cells.append(nbformat.v4.new_code_cell(setup_cell_source(list(meta.get("extras", [])))))
-            cells[-1].metadata["tags"] = ["nbval-ignore-output"]
+            cells[-1].metadata.update(SETUP_CELL_METADATA)
         else:
             cells.append(nbformat.v4.new_code_cell(source))
             if "tags" in meta:
                 cells[-1].metadata["tags"] = list(meta["tags"])
+            if "nbval_reason" in meta:
+                cells[-1].metadata["nbval_reason"] = str(meta["nbval_reason"])
         if "slide" in meta:
             if meta["slide"] not in SLIDE_TYPES:
                 raise SystemExit(f"slide marker must be one of {', '.join(SLIDE_TYPES)}; got {meta['slide']!r} "
@@ -260,16 +285,18 @@ def cell_height(cell: dict) -> int:
 
 
 def is_setup_cell(cell: dict) -> bool:
-    return cell["cell_type"] == "code" and cell["source"].startswith("# Setup.")
+    return cell["cell_type"] == "code" and "".join(cell["source"]).startswith(SETUP_TITLE)
 
 
 def slide_types(cells: list[dict]) -> list[str]:
     """The slide type of each cell, from its marker or the rules (see the module docstring).
 
-    Explicit markers win. Otherwise: the first cell and ``#``/``##`` headings start a slide, ``###`` headings a
-    sub-slide, the generated setup cell is skipped (it is run before presenting, not shown), and any other cell
-    continues the slide it follows, unless that would make the slide taller than :data:`SLIDE_BUDGET_PX`: then
-    it starts a sub-slide. Heights count the executed outputs where the notebook holds them.
+    Explicit markers win. Otherwise: the first cell and ``#``/``##``/``###`` headings start a slide, the
+    generated setup cell is skipped (it is run before presenting, not shown), and any other cell continues the
+    slide it follows, unless that would make the slide taller than :data:`SLIDE_BUDGET_PX`: then it starts a
+    new slide. Heights count the executed outputs where the notebook holds them. The rules make no sub-slides:
+    reveal.js stacks those vertically, and a presenter pressing Space walks through slides in one line anyway
+    (a marker may still ask for one).
     """
     types: list[str] = []
     used = 0
@@ -281,14 +308,12 @@ def slide_types(cells: list[dict]) -> list[str]:
             kind = marker
         elif marker:
             kind = marker
-        elif i == 0 or first.startswith(("# ", "## ")):
+        elif i == 0 or first.startswith(("# ", "## ", "### ")):
             kind = "slide"
-        elif first.startswith("### "):
-            kind = "subslide"
         elif is_setup_cell(cell):
             kind = "skip"
         elif used and used + height > SLIDE_BUDGET_PX:
-            kind = "subslide"
+            kind = "slide"
         else:
             kind = "-"
         if kind in ("slide", "subslide"):
@@ -309,30 +334,71 @@ def stamp_slides(nb: nbformat.NotebookNode) -> None:
 #: The heading that starts a notebook's optional part; everything before it is the core path.
 DEEP_DIVE = "## Going deeper (optional)"
 #: Study-time rule: reading speed (words a minute), minutes per code cell (read, run, look), per exercise.
-WORDS_PER_MINUTE, MINUTES_PER_CODE_CELL, MINUTES_PER_EXERCISE = 200, 1.0, 3.0
+WORDS_PER_MINUTE, MINUTES_PER_CODE_CELL, MINUTES_PER_EXERCISE = 150, 1.0, 5.0
 #: The core path of every notebook must fit in this many minutes of study.
-CORE_LIMIT_MINUTES = 45
+CORE_LIMIT_MINUTES = 60
+#: Reading limits of a core path: Markdown words (notebook 04 carries most of the memory lesson's own text), and
+#: words printed by its code cells. 01b keeps its older, longer text until its rewrite around a real model
+#: offline lands: a ceiling at today's length, so that it cannot grow meanwhile.
+CORE_WORD_LIMIT, PRINTED_WORD_LIMIT = 1500, 700
+CORE_WORD_LIMITS = {"04_memory_budget": 1900, "01b_real_models_qlora": 2150}
+PRINTED_WORD_LIMITS = {"01b_real_models_qlora": 1100}
 EXERCISE = re.compile(r"^\s*check_\w+\(", re.M)
+_DETAILS = re.compile(r"<details>.*?</details>", re.S)
+
+
+def word_count(text: str) -> int:
+    """Words of ``text``: whitespace-separated tokens with a letter or a digit in them."""
+    return sum(1 for token in text.split() if re.search(r"[A-Za-z0-9]", token))
+
+
+def _printed(cell: dict) -> str:
+    texts = []
+    for out in cell.get("outputs", []) or []:
+        data = out.get("data", {})
+        text = out.get("text") or data.get("text/markdown") or data.get("text/plain") or ""
+        texts.append("".join(text) if isinstance(text, list) else text)
+    return "\n".join(texts)
+
+
+@dataclass
+class Reading:
+    """What one part of a notebook asks of a learner: Markdown words (``<details>`` answers left out), words its
+    code cells print, code cells and auto-checked exercises (the generated setup cell not counted)."""
+
+    words: int = 0
+    printed: int = 0
+    code_cells: int = 0
+    exercises: int = 0
+
+    @property
+    def minutes(self) -> int:
+        """Study minutes at :data:`WORDS_PER_MINUTE`, a minute a code cell and five an exercise."""
+        return math.ceil(self.words / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * self.code_cells
+                         + MINUTES_PER_EXERCISE * self.exercises)
+
+
+def reading(cells: list[dict]) -> tuple[Reading, Reading]:
+    """(core path, "Going deeper") reading load; the core path ends at the :data:`DEEP_DIVE` heading."""
+    parts, part = (Reading(), Reading()), 0
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and re.search(r"^#+\s*Going deeper", source, re.M | re.I):
+            part = 1
+        if cell["cell_type"] == "markdown":
+            parts[part].words += word_count(_DETAILS.sub(" ", source))
+        elif cell["cell_type"] == "code" and not is_setup_cell({**cell, "source": source}):
+            exercise = EXERCISE.search(source) is not None
+            parts[part].exercises += exercise
+            parts[part].code_cells += not exercise
+            parts[part].printed += word_count(_printed(cell))
+    return parts
 
 
 def study_minutes(cells: list[dict]) -> tuple[int, int]:
-    """(core, optional) study minutes: words / 200 + 1 a code cell + 3 an auto-checked exercise.
-
-    The core path ends at the :data:`DEEP_DIVE` heading; the generated setup cell does not count. An exercise
-    is a code cell with a line starting ``check_…(``.
-    """
-    parts = [[0.0, 0.0], [0.0, 0.0]]  # [words, minutes of cells] for core and optional
-    part = 0
-    for cell in cells:
-        if cell["cell_type"] == "markdown" and cell["source"].lstrip().startswith(DEEP_DIVE):
-            part = 1
-        if cell["cell_type"] == "markdown":
-            parts[part][0] += len(re.findall(r"[A-Za-z0-9][\w'.,%-]*", cell["source"]))
-        elif not is_setup_cell(cell):
-            exercise = EXERCISE.search(cell["source"]) is not None
-            parts[part][1] += MINUTES_PER_EXERCISE if exercise else MINUTES_PER_CODE_CELL
-    core, optional = (math.ceil(words / WORDS_PER_MINUTE + extra) for words, extra in parts)
-    return core, optional
+    """(core, optional) study minutes of :func:`reading`."""
+    core, optional = reading(cells)
+    return core.minutes, optional.minutes
 
 
 def time_line(core: int, optional: int) -> str:

@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TO
 export CUDA_VISIBLE_DEVICES=""   # committed outputs are CPU outputs; compare like with like
 export PYTHONHASHSEED=0
 export PATH="$PWD/$VENV/bin:$PATH"
-LIMIT="${COURSE_TEST_TIMEOUT:-1800}"
+LIMIT="${COURSE_TEST_TIMEOUT:-2700}"
 
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
 

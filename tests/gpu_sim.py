@@ -48,6 +48,13 @@ PROFILES: dict[str, Profile] = {
 
 CUDA_PROFILES = ("T4", "L4", "A100", "H100")
 
+#: Real devices that ``simulate`` knows but the ``any_device`` / ``cuda_device`` fixtures do not run (the
+#: per-profile expectation tables of tests/test_gpu_paths*.py list the profiles above, one by one).
+EXTRA_PROFILES: dict[str, Profile] = {
+    # H200 SXM, 141 GB HBM3e: get_device_properties reports 143,771 MiB; 132 SMs like the H100.
+    "H200": Profile("H200", "NVIDIA H200", (9, 0), 143_771 * 1024**2, 132),
+}
+
 
 def _check_index(device: object = None) -> int:
     """Simulated machines have one GPU: accept None, 0, 'cuda', 'cuda:0' or torch.device('cuda', 0)."""
@@ -68,8 +75,9 @@ def _check_index(device: object = None) -> int:
 
 
 def simulate(monkeypatch: pytest.MonkeyPatch, key: str, *, free_fraction: float = 0.97) -> Profile:
-    """Make ``torch.cuda`` (and ``torch.backends.mps``) answer like the device ``key`` of :data:`PROFILES`."""
-    prof = PROFILES[key]
+    """Make ``torch.cuda`` (and ``torch.backends.mps``) answer like the device ``key`` of :data:`PROFILES`
+    (or :data:`EXTRA_PROFILES`)."""
+    prof = PROFILES[key] if key in PROFILES else EXTRA_PROFILES[key]
     cuda = prof.is_cuda
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: key == "MPS")
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: key == "MPS")

@@ -176,6 +176,23 @@ def test_forgetting_the_division_makes_the_gradient_four_times_too_large() -> No
     assert all(torch.allclose(w, 4 * b, atol=1e-6) for w, b in zip(wrong, big))
 
 
+def test_helpers_equal_the_notebooks_plain_loop() -> None:
+    """The notebook writes the check in plain torch; the helpers the sweep and the exercises use must agree."""
+    model, x, y = acc.linear_example()
+    loss_fn = torch.nn.MSELoss()
+    for divide in (True, False):
+        model.zero_grad(set_to_none=True)
+        for xb, yb in zip(x.chunk(4), y.chunk(4)):
+            loss = loss_fn(model(xb), yb)
+            (loss / 4 if divide else loss).backward()
+        plain = [p.grad.clone() for p in model.parameters()]
+        helper = acc.accumulated_gradients(model, x, y, 16, divide=divide)
+        assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-8) for a, b in zip(plain, helper))
+    model.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    assert torch.allclose(model.weight.grad, acc.full_batch_gradients(model, x, y)[0], rtol=1e-6, atol=1e-8)
+
+
 def test_compare_gradients_rejects_mismatches() -> None:
     a = [torch.zeros(3)]
     with pytest.raises(ValueError, match="one gradient per parameter"):
@@ -348,6 +365,41 @@ def test_mean_of_micro_batch_means_is_not_the_batch_gradient() -> None:
                                  acc.token_gradients(model, even_tokens, even_labels, 2, "micro_mean")).same
 
 
+def test_token_gradients_equal_the_notebooks_plain_loops() -> None:
+    """The notebook's padding cells (plain cross_entropy, mean or sum) give what token_gradients gives."""
+    tokens, labels = acc.padded_token_batch(lengths=(30, 28, 4, 2))
+    model = acc.TinyTokenModel()
+
+    def token_loss(t, lb, reduction):
+        logits = model(t)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), lb.flatten(), ignore_index=-100,
+                                                 reduction=reduction)
+
+    def take() -> list[torch.Tensor]:
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    model.zero_grad(set_to_none=True)
+    token_loss(tokens, labels, "mean").backward()
+    big = take()
+    for tb, lb in zip(tokens.chunk(2), labels.chunk(2)):
+        (token_loss(tb, lb, "mean") / 2).backward()
+    naive = take()
+    n_tokens = int((labels != -100).sum())
+    for tb, lb in zip(tokens.chunk(2), labels.chunk(2)):
+        (token_loss(tb, lb, "sum") / n_tokens).backward()
+    fixed = take()
+    assert acc.IGNORE_INDEX == -100 and n_tokens == 64
+    assert [int((lb != -100).sum()) for lb in labels.chunk(2)] == acc.tokens_per_micro_batch(labels, 2) == [58, 6]
+    assert acc.compare_gradients(acc.token_gradients(model, tokens, labels, 4), big).same
+    assert acc.compare_gradients(acc.token_gradients(model, tokens, labels, 2, "micro_mean"), naive).same
+    assert acc.compare_gradients(acc.token_gradients(model, tokens, labels, 2, "total_tokens"), fixed).same
+    # the notebook compares with plain torch.allclose (default tolerances): a margin, not a coin toss
+    assert all(torch.allclose(a, b) for a, b in zip(big, fixed))
+    assert not any(torch.allclose(a, b, atol=1e-4) for a, b in zip(big, naive))
+
+
 def test_token_gradients_errors() -> None:
     tokens, labels = acc.padded_token_batch()
     model = acc.TinyTokenModel()
@@ -377,6 +429,27 @@ def test_accumulation_loop_matches_the_big_batch_loop() -> None:
     assert len(losses_a) == len(losses_b) == 2
     assert losses_a == pytest.approx(losses_b, rel=1e-5)
     assert acc.same_weights(model_a, model_b)
+
+
+def test_train_with_accumulation_is_the_notebooks_loop() -> None:
+    """The loop the notebook prints (a running sum of the divided losses) equals train_with_accumulation."""
+    model_plain, model_helper = acc.TinyRegressor().net, acc.TinyRegressor().net
+    opt = torch.optim.SGD(model_plain.parameters(), lr=0.05)
+    loss_fn = torch.nn.MSELoss()
+    losses, update_loss = [], 0.0
+    for step, (x, y) in enumerate(_loader(16)):
+        loss = loss_fn(model_plain(x), y) / 4
+        loss.backward()
+        update_loss += loss.item()
+        if (step + 1) % 4 == 0:
+            opt.step()
+            opt.zero_grad()
+            losses.append(update_loss)
+            update_loss = 0.0
+    helper = acc.train_with_accumulation(model_helper, _loader(16),
+                                         torch.optim.SGD(model_helper.parameters(), lr=0.05), 4)
+    assert helper == pytest.approx(losses, rel=1e-6)
+    assert acc.same_weights(model_plain, model_helper)
 
 
 def test_accumulation_loop_never_steps_a_partial_group() -> None:

@@ -30,8 +30,7 @@ def f():
     return x
 
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: timings differ from machine to machine.
+# %% tags=["nbval-ignore-output"] nbval_reason="timings differ from machine to machine"
 print(f())
 
 # %% [markdown]
@@ -44,10 +43,10 @@ def test_parse_source_reads_markdown_tags_and_the_setup_marker() -> None:
     got = [(c.cell_type, c.source, dict(c.metadata)) for c in cells]
     assert got == [
         ("markdown", "# A title\n\nSome *prose*.", {}),
-        ("code", build_notebooks.setup_cell_source(["peft", "datasets"]), {"tags": ["nbval-ignore-output"]}),
+        ("code", build_notebooks.setup_cell_source(["peft", "datasets"]), build_notebooks.SETUP_CELL_METADATA),
         ("code", "x = 1\n\n\ndef f():\n    return x", {}),
-        ("code", "# nbval-ignore-output: timings differ from machine to machine.\nprint(f())",
-         {"tags": ["nbval-ignore-output"]}),
+        ("code", "print(f())",
+         {"tags": ["nbval-ignore-output"], "nbval_reason": "timings differ from machine to machine"}),
         ("markdown", "## Next", {}),
     ]
     assert "'datasets': '0'" in cells[1].source  # an extra the course does not pin: any version
@@ -118,13 +117,12 @@ def test_a_slide_marker_in_a_source_is_kept_and_checked() -> None:
 
 
 def test_headings_start_slides_and_tall_slides_are_split() -> None:
-    setup = _code("# Setup. nbval-ignore-output: ...\nprint(1)")
+    setup = _code(build_notebooks.SETUP_TITLE + "\nprint(1)")
     marked = _md("A long aside.")
     marked.metadata["slideshow"] = {"slide_type": "notes"}
     cells = [_md("# Title"), setup, _md("## Section"), _code("x = 1"), _md("### Detail"), marked,
              _code("print(x)", lines_out=30), _code("print(x)", lines_out=30)]
-    assert build_notebooks.slide_types(cells) == ["slide", "skip", "slide", "-", "subslide", "notes", "-",
-                                                  "subslide"]
+    assert build_notebooks.slide_types(cells) == ["slide", "skip", "slide", "-", "slide", "notes", "-", "slide"]
 
 
 def test_a_closed_details_block_counts_as_one_line() -> None:
@@ -133,12 +131,15 @@ def test_a_closed_details_block_counts_as_one_line() -> None:
 
 
 def test_study_time_counts_words_code_cells_and_exercises_of_the_core_path() -> None:
-    words = " ".join(["word"] * 400)  # 2 minutes at 200 words a minute
-    cells = [_md(words), _code("x = 1"), _code("answer = ...\ncheck_bytes(answer)"),
+    words = " ".join(["word"] * 300)  # 2 minutes at 150 words a minute
+    answer = "<details><summary>Answer</summary>\n\n" + " ".join(["hidden"] * 500) + "\n</details>"
+    printed = {"outputs": [{"output_type": "stream", "name": "stdout", "text": ["12 MB -> 3 MB, -- done\n"]}]}
+    cells = [_md(words + "\n\n" + answer), {**_code("x = 1"), **printed}, _code("answer = ...\ncheck_bytes(answer)"),
              _md(build_notebooks.DEEP_DIVE + "\n\n" + words), _code("y = 2")]
-    core, optional = build_notebooks.study_minutes(cells)
-    assert core == 2 + 1 + 3  # 400 words, a code cell, an exercise
-    assert optional == 4  # 404 words (the heading's too) round up to 3 minutes, and one code cell
+    core, optional = build_notebooks.reading(cells)
+    assert (core.words, core.printed, core.code_cells, core.exercises) == (300, 5, 1, 1)  # "--" is no word
+    assert core.minutes == 2 + 1 + 5  # 300 words (the answer left out), a code cell, an exercise
+    assert build_notebooks.study_minutes(cells) == (8, 4)  # 304 words (the heading's too) and one code cell
     assert build_notebooks.time_line(7, 0) == "**Time:** about 10 minutes of study for the core path."
     assert "plus about 5" in build_notebooks.time_line(12, 4)
 

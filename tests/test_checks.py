@@ -31,3 +31,14 @@ def test_bad_values_name_the_argument_and_the_range(call, error, message: str) -
     with pytest.raises(error) as info:
         call()
     assert str(info.value) == message
+
+
+def test_format_seconds_never_rounds_to_zero() -> None:
+    from course_utils.units import format_seconds
+
+    assert [format_seconds(s) for s in (125.0, 2.44, 0.5, 0.038, 0.0012, 0.00052, 4.1e-5)] == [
+        "125 s", "2.4 s", "500 ms", "38 ms", "1.2 ms", "0.52 ms", "41 µs"]
+    with pytest.raises(ValueError, match="seconds"):
+        format_seconds(-1)
+    with pytest.raises(TypeError, match="seconds"):
+        format_seconds("1 s")

@@ -35,6 +35,20 @@ def test_memory_prints_the_lesson_table(capsys) -> None:
     assert status == 0 and err == ""
     assert out == mem.lesson_table() + "\n"
     assert out.startswith(LESSON_TABLE_TOP)
+    assert "(bfloat16)" not in out  # full-bf16 is selectable, never in the lesson's four methods
+
+
+def test_full_bf16_is_selectable_in_the_table_and_the_step(capsys) -> None:
+    from course_utils.step_memory import estimate_step
+
+    status, out, _ = run(capsys, "memory", "--params", "7e9", "--method", "full-bf16")
+    assert status == 0
+    assert [ln for ln in out.splitlines() if ln.startswith("a 7B")] == [
+        "a 7B model     full fine-tuning (bfloat16)     56.00            no            no          fits"]
+    status, out, err = run(capsys, "memory", "--config", "smollm2-135m", "--method", "full-bf16", "--batch", "2")
+    assert status == 0 and err == ""
+    assert out.startswith(estimate_step("smollm2-135m", method="full-bf16", batch=2, seq=128).format() + "\n")
+    assert "full fine-tuning (bfloat16), batch 2 x 128 tokens" in out
 
 
 def test_python_dash_m_in_a_subprocess() -> None:
@@ -82,6 +96,18 @@ def test_lora_rank_on_the_lesson_table_is_noted(capsys) -> None:
     (["--params", "-5"], "--params"),
     (["--params", "0"], "--params"),
     (["--params", "lots"], "--params"),
+    (["--params", "1e30"], "--params"),
+    (["--params", "999"], "--params"),
+    (["--params", "200T"], "--params"),
+    (["--params", "1e400"], "--params"),
+    (["--budgets", "1e30"], "--budgets"),
+    (["--budgets", "16,0.001"], "--budgets"),
+    (["--lora-rank", "100000"], "--lora-rank"),
+    (["--batch", "2000000"], "--batch"),
+    (["--seq", "99999999999"], "--seq"),
+    (["--config", "smollm2-135m", "--seq", "100000"], "--seq"),  # past the config's 8,192 positions
+    (["--config", "smollm2-135m", "--batch", "5000", "--measure"], "--batch"),  # a measured step: at most 4,096
+    (["--method", "full-bf16", "--params", "1e30"], "--params"),
     (["--method", "dpo"], "--method"),
     (["--budgets", "0"], "--budgets"),
     (["--budgets", "12,-1"], "--budgets"),
@@ -107,6 +133,25 @@ def test_bad_input_is_one_line_naming_the_option_and_exit_2(capsys, argv: list[s
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "error:" in err and option in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--params", "1e30"], "argument --params: must be between 1,000 and 1e14 (100 trillion) parameters, got '1e30'"),
+    (["--batch", "0"], "argument --batch: must be a whole number between 1 and 1,000,000, got 0"),
+    (["--seq", "20000000"], "argument --seq: must be a whole number between 1 and 10,000,000, got 20000000"),
+    (["--lora-rank", "100000"], "argument --lora-rank: must be a whole number between 1 and 65,536, got 100000"),
+    (["--budgets", "1e30"], "argument --budgets: every budget must be between 0.01 and 10,000 GB, got 1e+30"),
+])
+def test_absurd_sizes_give_the_allowed_range(capsys, argv: list[str], message: str) -> None:
+    status, out, err = run(capsys, "memory", *argv)
+    assert status == 2 and out == ""
+    assert err == f"{cli.build_parser().prog} memory: error: {message} (see --help)\n"
+
+
+def test_the_bounds_are_the_apis(capsys) -> None:
+    assert cli.param_count("1e14") == mem.MAX_PARAMS and cli.param_count("1K") == mem.MIN_PARAMS
+    status, _, err = run(capsys, "memory", "--config", "smollm2-135m", "--seq", "8193")
+    assert status == 2 and err.strip().endswith("argument --seq: seq must be between 1 and 8192, got 8193")
 
 
 def test_unreadable_config_file(capsys, tmp_path) -> None:
@@ -141,10 +186,19 @@ def test_gpu_budgets_use_the_datasheet_and_the_allocator_counter(capsys) -> None
     assert status == 0
     assert "(cuda)" in out.splitlines()[0] and "framework baseline (allocator counter" in out
     labels = [ln.split(" budget:")[0].strip() for ln in out.splitlines() if " budget:" in ln]
-    assert labels == ["T4 16 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    assert labels == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]  # a T4: what a process can use
     status, out, _ = run(capsys, "memory", "--gpu", "t4,h100")  # the table, budgeted by GPU
     header = out.splitlines()[1]
-    assert status == 0 and header.endswith("t4 16 GB    h100 80 GB")
+    assert status == 0 and header.endswith("t4 15.33 GB    h100 80 GB")
+    smol_full = next(ln for ln in out.splitlines() if ln.startswith("SmolLM2-135M   full"))
+    assert smol_full.split()[-2:] == ["fits", "fits"]  # 2.15 GB <= 70 % of 15.33 GB
+
+
+def test_a_t4_budget_is_15_33_gb_with_the_70_percent_rule_on_top_for_the_table(capsys) -> None:
+    status, out, _ = run(capsys, "memory", "--params", "1e9", "--method", "full", "--gpu", "T4")
+    assert status == 0 and "16.00" in out and out.splitlines()[2].endswith("no")  # 16 GB > 10.73 GB usable
+    status, out, _ = run(capsys, "memory", "--params", "0.67B", "--method", "full", "--gpu", "T4")
+    assert out.splitlines()[2].endswith("fits")  # 10.72 GB <= 0.7 x 15.33 GB
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +240,7 @@ def test_model_reads_only_the_config_from_the_hub(capsys, fake_hub) -> None:
     assert status == 0 and err == ""
     assert out.startswith("HuggingFaceTB/SmolLM2-135M: 134,515,008 parameters") and "460,800 numbers" in out
     status, out, _ = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M", "--batch", "2", "--gpu", "T4")
-    assert status == 0 and "HuggingFaceTB/SmolLM2-135M, LoRA" in out and "T4 16 GB budget: fits" in out
+    assert status == 0 and "HuggingFaceTB/SmolLM2-135M, LoRA" in out and "T4 15.33 GB budget: fits" in out
 
 
 @pytest.mark.parametrize("model,why", [("meta-llama/Llama-3.1-8B", "gated or private"),

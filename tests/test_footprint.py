@@ -187,3 +187,44 @@ def test_widget_callback_prints_the_report(capsys) -> None:
     show_ratio(4096, 32, 128_256, False, kv_fraction=1 / 4)
     out = capsys.readouterr().out
     assert "untied lm_head" in out and "lm_head 8 %" in out
+
+
+# --------------------------------------------------------------------------------------------
+# The half-byte floor against a real 7B model (notebook 04's Qwen2.5-7B cell)
+# --------------------------------------------------------------------------------------------
+def test_nf4_scales_per_weight_with_and_without_double_quantization() -> None:
+    assert F.nf4_scale_bytes(64, double_quant=False) == 4  # one float32 per 64 weights: 0.5 bit a weight
+    assert F.nf4_scale_bytes(64 * 256) == 256 + 4  # one byte per 64 weights, one float32 per 256 of those
+    assert 8 * F.nf4_scale_bytes(10**9) / 10**9 == pytest.approx(0.127, abs=5e-4)
+    assert 8 * F.nf4_scale_bytes(10**9, double_quant=False) / 10**9 == 0.5
+    assert F.nf4_scale_bytes(0) == 0
+    with pytest.raises(ValueError, match="n_weights"):
+        F.nf4_scale_bytes(-1)
+    with pytest.raises(TypeError, match="double_quant"):
+        F.nf4_scale_bytes(64, double_quant=1)
+
+
+def test_a_real_7b_in_4_bits_is_about_one_and_a_half_times_the_half_byte_floor() -> None:
+    from course_utils.architecture import Architecture
+
+    size = F.four_bit_size(F.QWEN25_7B)
+    # notebook 04 writes these sums by hand from the config's numbers; the meta-device model must agree
+    layers, width, mlp, kv, vocab = 28, 3584, 18_944, 512, 152_064
+    linears = layers * (2 * width * width + 2 * width * kv + 3 * width * mlp)
+    rest = 2 * vocab * width + layers * (2 * width + width + 2 * kv) + width
+    assert size.params == linears + rest == 7_615_616_512 == Architecture.from_config(F.QWEN25_7B).params
+    assert size.quantized == linears == 6_525_288_448
+    assert size.kept_bytes == 2 * rest
+    assert size.scales_bytes == linears / 64 + linears / (64 * 256) * 4
+    assert round(size.floor_bytes / 1e9, 2) == 3.81
+    assert round((size.codes_bytes + size.scales_bytes) / 1e9, 2) == 3.37
+    assert round(size.kept_bytes / 1e9, 2) == 2.18
+    assert round(size.total_bytes / 1e9, 2) == 5.55 == round(3.37 + 2.18, 2)  # the printed parts add up
+    assert round(size.total_bytes / size.floor_bytes, 2) == 1.46
+    assert round(100 * size.total_bytes / (2 * size.params)) == 36  # about a third of 16 bits, as in 01b
+    assert round(F.four_bit_size(F.QWEN25_7B, double_quant=False).total_bytes / 1e9, 2) == 5.85
+
+
+def test_the_standin_scales_match_the_per_weight_rule() -> None:
+    smol = meta_model(STANDIN_CONFIG)
+    assert F.scale_bytes(smol, 4) == F.nf4_scale_bytes(106_168_320, double_quant=False)

@@ -1,21 +1,31 @@
-"""Tests of scripts/gpu_check.py without a GPU: the no-CUDA exit, and the pure parts (arithmetic, runner, output).
+"""Tests of scripts/gpu_check.py without a GPU: the no-CUDA exit, the pure parts (arithmetic, runner, strict
+verdict, output), the plans a dry run prints on simulated GPUs, and the sections' logic with the heavy work
+patched out.
 
 The GPU sections themselves can only run on a real NVIDIA GPU (see the script's docstring); here we check
 everything around them: what the script does when there is no GPU, the TFLOP/s and error arithmetic, that
-a failing section is recorded and the run goes on, that the time budget skips sections with a reason, and
-the markdown and JSON it writes.
+a failing section is recorded and the run goes on, that the time budget skips sections with a reason, what
+--strict fails on, that the T4 branch (fp16) is planned on every simulated GPU, the matmul timer and sizes,
+the measured steps per case and trick, that child processes are ended, and the markdown and JSON it writes.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+from torch.utils import benchmark
+
+from gpu_sim import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.py"
@@ -201,12 +211,18 @@ def test_runner_skip_and_partial_skip():
 
     def partial(ctx, out):
         out.check("fine", True)
-        out.skip_part("bfloat16 loop not run: emulated here")
+        out.skip_part("bfloat16 loop not run: emulated here", "n/a")
 
     rec = gc.run_section(_section(partial), _ctx())
     assert rec["status"] == "passed"
     assert rec["reason"] == "partly skipped: bfloat16 loop not run: emulated here"
-    assert gc.exit_status([rec]) == 0
+    assert rec["partial"] == [{"what": "bfloat16 loop not run: emulated here", "kind": "n/a", "library": None}]
+    assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == 0  # a path this GPU lacks
+    out = gc.Outcome()
+    with pytest.raises(ValueError, match="kind"):
+        out.skip_part("x", "sometimes")
+    with pytest.raises(ValueError, match="library"):
+        out.skip_part("x", "library")
 
 
 def test_budget_skip_does_not_start_the_section():
@@ -217,6 +233,7 @@ def test_budget_skip_does_not_start_the_section():
     assert rec["status"] == "skipped"
     assert "time budget nearly spent" in rec["reason"] and "20 s" in rec["reason"]
     assert gc.exit_status([rec]) == 0  # skipped for a stated reason
+    assert gc.exit_status([rec], strict=True) == gc.EXIT_STRICT  # but --strict fails on it
 
 
 def test_section_deadline_is_the_smaller_of_cap_and_budget():
@@ -231,12 +248,14 @@ def test_section_deadline_is_the_smaller_of_cap_and_budget():
     assert seen["left"] <= 100 - 50 - gc.RESERVE_S + 0.5
 
 
-def test_missing_package_skips_with_the_reason():
+def test_missing_package_is_not_checked_with_the_reason():
     called = []
     rec = gc.run_section(_section(lambda c, o: called.append(1), needs=("surely_not_a_package_xyz",)), _ctx())
     assert called == []
-    assert rec["status"] == "skipped"
-    assert rec["reason"] == "surely_not_a_package_xyz is not installed"
+    assert rec["status"] == "not checked" and rec["missing"] == ["surely_not_a_package_xyz"]
+    assert rec["reason"] == ("not checked: no surely_not_a_package_xyz (surely_not_a_package_xyz is not "
+                             "installed)")
+    assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == 0
 
 
 def test_requirement_problem_for_a_broken_package(tmp_path, monkeypatch):
@@ -248,10 +267,15 @@ def test_requirement_problem_for_a_broken_package(tmp_path, monkeypatch):
 
 
 def test_exit_status():
-    assert gc.exit_status([{"status": "passed"}, {"status": "skipped", "reason": "no bitsandbytes"}]) == 0
+    assert gc.exit_status([{"key": "a", "status": "passed"}, {"key": "b", "status": "skipped", "reason": "x"}]) == 0
+    assert gc.exit_status([{"key": "a", "status": "passed"}, {"key": "b", "status": "not checked",
+                                                             "reason": "not checked: no peft"}], strict=True) == 0
     assert gc.exit_status([{"status": "passed"}, {"status": "failed", "reason": "x"}]) == 1
+    assert gc.exit_status([{"status": "failed", "reason": "x"}], strict=True) == 1  # a failure stays 1
     assert gc.exit_status([{"status": "skipped", "reason": None}]) == 1  # a skip must say why
     assert gc.exit_status([{"status": "running"}]) == 1
+    with pytest.raises(TypeError, match="strict"):
+        gc.exit_status([], strict="yes")
 
 
 def test_sections_are_in_the_brief_order_and_selectable():
@@ -262,12 +286,14 @@ def test_sections_are_in_the_brief_order_and_selectable():
     assert len(gc.parse_sections(None)) == 8
     with pytest.raises(ValueError, match="unknown section"):
         gc.parse_sections("matmul,nope")
-    assert sum(s.cap_s for s in gc.SECTIONS) <= gc.DEFAULT_BUDGET_S  # every section keeps its share
+    assert sum(s.cap_s for s in gc.SECTIONS) <= gc.DEFAULT_BUDGET_S - gc.RESERVE_S  # every section keeps its share
 
 
 def test_parse_args_defaults_and_errors(capsys):
     args = gc.parse_args([])
-    assert args.out == "gpu_check_out" and args.budget_s == 480 and len(args.section_list) == 8
+    assert args.out == "gpu_check_out" and args.budget_s == 300 and len(args.section_list) == 8
+    assert args.strict is False and args.dry_run is False
+    assert gc.parse_args(["--strict", "--budget-s", "200"]).strict is True
     with pytest.raises(SystemExit) as info:
         gc.parse_args(["--sections", "bogus"])
     assert info.value.code == 2
@@ -276,17 +302,548 @@ def test_parse_args_defaults_and_errors(capsys):
     capsys.readouterr()
 
 
+def test_budget_default_help_and_docstring(capsys):
+    assert gc.DEFAULT_BUDGET_S == 300
+    with pytest.raises(SystemExit) as info:
+        gc.parse_args(["--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--strict" in text and "--budget-s" in text and "--dry-run" in text
+    assert "default 300" in text and "over 10 %" in text
+    doc = " ".join(gc.__doc__.split())
+    for words in ("300 s", "--strict", "Exit status", "8192x8192", "blocked_autorange", "not checked: no <library>",
+                  "fp16=True", "float16 compute", "3 measured steps", "ended with the run"):
+        assert words in doc, words
+
+
+def test_plan_budget_fits_the_sections_in_any_budget():
+    planned = gc.plan_budget(gc.SECTIONS, 300)
+    assert planned == list(gc.SECTIONS)  # the caps were made for the default budget
+    small = gc.plan_budget(gc.SECTIONS, 100)
+    assert sum(s.cap_s for s in small) <= 100 - gc.RESERVE_S + 0.5
+    assert [s.key for s in small] == [s.key for s in gc.SECTIONS]
+    assert all(0 < a.cap_s < b.cap_s for a, b in zip(small, gc.SECTIONS))
+    assert gc.plan_budget(gc.SECTIONS[:2], 100) == list(gc.SECTIONS[:2])  # a few sections keep their caps
+    with pytest.raises(ValueError, match="budget_s"):
+        gc.plan_budget(gc.SECTIONS, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# --strict, "not checked", the summary line
+# --------------------------------------------------------------------------------------------
+def _rec(key: str, status: str = "passed", reason: str | None = None, partial=(), errors=()):
+    rec = {**gc.new_record(gc.Section(1, key, key.title(), lambda c, o: None)), "status": status, "reason": reason,
+           "partial": list(partial)}
+    if errors:
+        rec["data"] = {"estimate_errors": [{"case": c, "error_pct": e} for c, e in errors]}
+    return rec
+
+
+@pytest.mark.parametrize("error, fails", [(9.9, False), (10.0, False), (10.1, True), (-12.0, True), (25.0, True)])
+def test_strict_fails_on_an_estimate_error_over_10_percent(error, fails):
+    records = [_rec("step_memory", errors=[("lora batch 1", 2.0), ("full batch 8", error)])]
+    assert gc.exit_status(records) == 0  # without --strict: today's behaviour
+    assert gc.exit_status(records, strict=True) == (gc.EXIT_STRICT if fails else 0)
+    problems = gc.strict_problems(records)
+    assert bool(problems) is fails
+    if fails:
+        assert "full batch 8" in problems[0] and f"{error:+.1f} %" in problems[0] and "over 10 %" in problems[0]
+
+
+def test_missing_library_is_not_checked_and_does_not_fail_strict():
+    records = [_rec("matmul"), _rec("qlora", "not checked", "not checked: no bitsandbytes (bitsandbytes is not "
+                                    "installed)"),
+               _rec("step_memory", partial=[{"what": "8-bit AdamW not measured", "kind": "library",
+                                             "library": "bitsandbytes"}])]
+    assert gc.exit_status(records, strict=True) == 0
+    assert gc.strict_problems(records) == []
+    assert gc.not_checked(records) == ["qlora: not checked: no bitsandbytes (bitsandbytes is not installed)",
+                                       "step_memory: 8-bit AdamW not measured (not checked: no bitsandbytes)"]
+    summary = gc.summarize({"sections": records, "strict": True, "elapsed_s": 10.0, "budget_s": 300.0})
+    assert summary["word"] == "INCOMPLETE"  # never PASSED while something was not checked
+    assert "qlora" not in summary["passed"] and summary["not_checked_sections"] == ["qlora"]
+    md = gc.render_markdown({"sections": records, "strict": True, "elapsed_s": 10.0, "budget_s": 300.0,
+                             "exit_status": 0})
+    assert "Not checked (a missing optional library" in md and "- qlora: not checked: no bitsandbytes" in md
+    assert "## 1. Qlora: not checked" in md and "Result: **INCOMPLETE**" in md
+
+
+@pytest.mark.parametrize("record", [
+    _rec("ddp", "skipped", "torch.distributed is not available"),
+    _rec("trainer", "skipped", "time budget nearly spent: 3 s left"),
+    _rec("step_memory", partial=[{"what": "torch.compile not measured: 12 s left", "kind": "time", "library": None}]),
+])
+def test_another_skip_fails_strict(record):
+    records = [_rec("matmul"), record]
+    assert gc.exit_status(records) == 0
+    assert gc.exit_status(records, strict=True) == gc.EXIT_STRICT
+    assert len(gc.strict_problems(records)) == 1
+    summary = gc.summarize({"sections": records, "strict": True, "exit_status": 3})
+    assert summary["word"] == "FAILED (--strict)" and "exit status 3" in summary["line"]
+    assert gc.summarize({"sections": records, "strict": False, "exit_status": 0})["word"] == "INCOMPLETE"
+
+
+def test_summary_line_passed_only_when_everything_passed():
+    records = [_rec("matmul", partial=[{"what": "bfloat16 emulated", "kind": "n/a", "library": None}]),
+               _rec("ddp")]
+    summary = gc.summarize({"sections": records, "elapsed_s": 123.4, "budget_s": 300.0})
+    assert summary["word"] == "PASSED"
+    assert summary["line"] == ("gpu_check: PASSED: 2 passed, 0 failed, 0 skipped, 0 not checked of 2 sections; "
+                               "123 s of a 300 s budget; exit status 0")
+    records.append(_rec("qlora", "failed", "boom"))
+    line = gc.summarize({"sections": records})["line"]
+    assert line.startswith("gpu_check: FAILED: 2 passed, 1 failed") and "failed: qlora" in line
+    with pytest.raises(ValueError, match="limit_pct"):
+        gc.strict_problems(records, limit_pct=0)
+
+
+def _fake_main_sections():
+    def estimates(ctx, out):
+        out.data["estimate_errors"] = [{"case": "full batch 8", "error_pct": 14.0}]
+        out.check("measured", True)
+
+    return (gc.Section(1, "step_memory", "Estimates", estimates, min_s=0, cap_s=5),
+            gc.Section(2, "qlora", "QLoRA", lambda c, o: None, needs=("bitsandbytes",), min_s=0, cap_s=5))
+
+
+def test_main_exit_codes_strict_and_summary_on_a_simulated_gpu(monkeypatch, tmp_path, capsys):
+    simulate(monkeypatch, "H100")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gc, "setup_environment", lambda: None)
+    monkeypatch.setattr(gc, "SECTIONS", _fake_main_sections())
+    monkeypatch.setattr(gc, "requirement_problem", lambda name: f"{name} is not installed")
+    ended = []
+    monkeypatch.setattr(gc, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [])
+    assert gc.main(["--out", str(tmp_path / "plain")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("gpu_check: INCOMPLETE: 1 passed, 0 failed, 0 skipped, 1 not checked of 2 sections")
+    assert gc.main(["--strict", "--out", str(tmp_path / "strict")]) == gc.EXIT_STRICT
+    printed = capsys.readouterr().out
+    assert printed.strip().splitlines()[-1].startswith("gpu_check: FAILED (--strict)")
+    assert "Fails --strict" in printed and "estimate error +14.0 % for full batch 8" in printed
+    saved = json.loads((tmp_path / "strict" / "gpu_check.json").read_text())
+    assert saved["exit_status"] == 3 and saved["strict"] is True
+    assert saved["summary"]["not_checked"] == ["qlora: not checked: no bitsandbytes (bitsandbytes is not installed)"]
+    assert [s["status"] for s in saved["sections"]] == ["passed", "not checked"]
+    assert len(ended) == 2  # children ended at the end of each run
+
+
+# --------------------------------------------------------------------------------------------
+# The plans: --dry-run on simulated GPUs, the T4 branch on every card
+# --------------------------------------------------------------------------------------------
+def _plan(monkeypatch, key, bitsandbytes=True):
+    simulate(monkeypatch, key)
+    problem = (lambda name: None) if bitsandbytes else (
+        lambda name: "bitsandbytes is not installed" if name == "bitsandbytes" else None)
+    plan = gc.build_plan(torch, gc.SECTIONS, 300, problem=problem)
+    return {s["key"]: s for s in plan["sections"]}, plan
+
+
+@pytest.mark.parametrize("key, native", [("T4", False), ("H100", True), ("H200", True)])
+def test_dry_run_plans_the_fp16_cases_on_every_gpu(monkeypatch, key, native):
+    sections, plan = _plan(monkeypatch, key)
+    assert plan["bf16_native"] is native and plan["planned_s"] <= 300 - gc.RESERVE_S
+    for name in ("step_memory", "qlora", "trainer", "mixed_precision"):
+        fp16 = [c for c in sections[name]["cases"] if c["fp16"]]
+        assert fp16, name
+        assert all(c["forced"] is (native and name != "mixed_precision") for c in fp16), name
+    step = [c for c in sections["step_memory"]["cases"] if c["fp16"]]
+    assert {c["method"] for c in step} == {"lora", "full"} and all(c["autocast"] == "fp16" for c in step)
+    qlora = sections["qlora"]["cases"]
+    assert [c["compute_dtype"] for c in qlora] == (["bfloat16", "float16"] if native else ["float16"])
+    trainer = sections["trainer"]["cases"]
+    assert [c["fp16"] for c in trainer] == ([False, True] if native else [True])
+
+
+@pytest.mark.parametrize("key", ["T4", "H100", "H200"])
+def test_dry_run_prints_the_plan_and_runs_nothing(monkeypatch, capsys, tmp_path, key):
+    simulate(monkeypatch, key)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gc, "requirement_problem", lambda name: None)
+    monkeypatch.setattr(gc, "run_all", lambda *a: pytest.fail("a dry run must not run the sections"))
+    assert gc.main(["--dry-run", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    name = {"T4": "Tesla T4", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200"}[key]
+    assert out.startswith("# gpu_check dry run") and f"GPU: {name}" in out
+    assert "fp16 autocast + GradScaler" in out and "float16 compute" in out and "fp16=True" in out
+    assert "8192x8192 float16" in out and "4096x4096 float32" in out and "3 measured steps" in out
+    assert ("forced: the T4 branch" in out) is (key != "T4")
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_sections_not_checked_for_a_missing_library(monkeypatch):
+    sections, _ = _plan(monkeypatch, "H200", bitsandbytes=False)
+    assert sections["qlora"]["not_checked"].startswith("not checked: no bitsandbytes")
+    assert sections["step_memory"]["not_checked"] is None
+    assert "trick adamw8bit: not checked: no bitsandbytes" in [c["label"] for c in sections["step_memory"]["cases"]]
+    assert "adamw8bit" not in [c.get("trick") for c in sections["step_memory"]["cases"]]
+
+
+def test_h200_profile_and_datasheet(monkeypatch):
+    from course_utils import hardware
+
+    prof = simulate(monkeypatch, "H200")
+    assert torch.cuda.get_device_name(0) == "NVIDIA H200" and torch.cuda.get_device_capability(0) == (9, 0)
+    assert torch.cuda.get_device_properties(0).total_memory == 150_754_820_096 == 143_771 * 1024**2
+    assert prof.multi_processor_count == 132 and hardware.bf16_native("cuda")
+    sheet = hardware.datasheet_for("NVIDIA H200")
+    assert sheet is not None and sheet.memory_gb == 141.0 and sheet.tensor16_tflops == 989.0
+    assert gc.peak_tflops("float16", sheet, True) == 989.0 and gc.peak_tflops("float32", sheet, True) == 67.0
+
+
+# --------------------------------------------------------------------------------------------
+# Matmuls: 4096² and 8192², blocked_autorange, median and spread
+# --------------------------------------------------------------------------------------------
+def test_matmul_stats():
+    stats = gc.matmul_stats(4096, [1e-3, 2e-3, 3e-3, 4e-3, 5e-3])
+    assert stats["median_ms"] == pytest.approx(3.0) and stats["runs"] == 5
+    assert (stats["q1_ms"], stats["q3_ms"], stats["iqr_ms"]) == pytest.approx((2.0, 4.0, 2.0))
+    assert (stats["min_ms"], stats["max_ms"]) == pytest.approx((1.0, 5.0))
+    assert stats["tflops"] == pytest.approx(gc.tflops(4096, 3e-3))
+    assert stats["best_tflops"] == pytest.approx(gc.tflops(4096, 1e-3))
+    one = gc.matmul_stats(8192, [2e-3])
+    assert one["iqr_ms"] == 0 and one["median_ms"] == pytest.approx(2.0)
+    for bad in ([], [0.0], [float("nan")]):
+        with pytest.raises(ValueError, match="times"):
+            gc.matmul_stats(4096, bad)
+    with pytest.raises(ValueError, match="size"):
+        gc.matmul_stats(0, [1e-3])
+
+
+def test_matmul_stats_agree_with_torch_benchmark():
+    a = torch.ones(32, 32)
+    m = benchmark.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.02)
+    stats = gc.matmul_stats(32, list(m.times))
+    assert stats["median_ms"] == pytest.approx(m.median * 1e3) and stats["iqr_ms"] == pytest.approx(m.iqr * 1e3)
+
+
+class FakeTimer:
+    """torch.utils.benchmark.Timer's stand-in: records its use, answers with set per-dtype times."""
+
+    made: list[FakeTimer] = []
+    seconds = {"float32": 10e-3, "float16": 1e-3, "bfloat16": 1.2e-3}
+
+    def __init__(self, stmt, globals, label="", description="", **kwargs):
+        self.stmt, self.globals, self.label, self.description = stmt, globals, label, description
+        self.timeit_calls, self.autorange_calls = [], []
+        FakeTimer.made.append(self)
+
+    def timeit(self, number):
+        self.timeit_calls.append(number)
+
+    def blocked_autorange(self, min_run_time=0.2, **kwargs):
+        self.autorange_calls.append(min_run_time)
+        t = self.seconds[self.description] * (2 if "8192" in self.label else 1)
+        return SimpleNamespace(times=[t * f for f in (1.0, 1.1, 0.9, 1.2)], number_per_run=7)
+
+
+def _run_matmul(monkeypatch, key):
+    from course_utils import precision
+
+    simulate(monkeypatch, key)
+    FakeTimer.made = []
+    sizes = []
+    monkeypatch.setattr(benchmark, "Timer", FakeTimer)
+    monkeypatch.setattr(gc, "square_pair", lambda torch_, size, dtype, device: sizes.append((size, dtype))
+                        or (torch.ones(2, 2), torch.ones(2, 2)))
+    monkeypatch.setattr(precision, "time_matmul", lambda size, dtype, device, **kw: precision.MatmulTiming(
+        size, dtype, "cuda:0", 1.0, gc.tflops(size, 1e-3)))
+    out, ctx = gc.Outcome(), _ctx(300)
+    ctx.torch = torch
+    ctx.deadline = time.monotonic() + 30
+    gc.section_matmul(ctx, out)
+    return out, sizes
+
+
+def test_matmul_times_both_sizes_with_blocked_autorange(monkeypatch):
+    out, sizes = _run_matmul(monkeypatch, "H200")
+    assert sizes == [(n, d) for n in (4096, 8192) for d in ("float32", "float16", "bfloat16")]
+    assert all(t.stmt == "a @ b" and t.timeit_calls == [3] for t in FakeTimer.made)  # warmed up, then timed
+    assert all(t.autorange_calls == [gc.MATMUL_MIN_RUN_S] for t in FakeTimer.made) and len(FakeTimer.made) == 6
+    timings = {(t["size"], t["dtype"]): t for t in out.data["timings"]}
+    f16 = timings[(8192, "float16")]
+    assert f16["median_ms"] == pytest.approx(2.0 * 1.05) and f16["runs"] == 4 and f16["number_per_run"] == 7
+    assert f16["iqr_ms"] > 0 and f16["min_ms"] == pytest.approx(1.8) and f16["max_ms"] == pytest.approx(2.4)
+    assert f16["tflops"] == pytest.approx(gc.tflops(8192, 2.1e-3))
+    assert f16["percent_of_peak"] == pytest.approx(100 * f16["tflops"] / 989.0)  # the H200 datasheet
+    table = out.tables[0]
+    assert {"median ms", "IQR ms", "min-max ms", "TFLOP/s", "% of peak"} <= set(table["columns"])
+    assert all(c["ok"] for c in out.checks), [c for c in out.checks if not c["ok"]]
+    assert out.data["float16_speedup_8192"] == pytest.approx(10.0) and out.data["lesson_time_matmul"]["size"] == 4096
+
+
+def test_matmul_on_a_t4_times_emulated_bfloat16_once(monkeypatch):
+    out, sizes = _run_matmul(monkeypatch, "T4")
+    assert (4096, "bfloat16") in sizes and (8192, "bfloat16") not in sizes and (8192, "float16") in sizes
+    assert [p["kind"] for p in out.partial] == ["n/a"]
+    assert next(t for t in out.data["timings"] if t["dtype"] == "bfloat16")["percent_of_peak"] is None
+
+
+# --------------------------------------------------------------------------------------------
+# step_memory: 3 measured steps per case and trick, fp16 with GradScaler, per-case skipped rows
+# --------------------------------------------------------------------------------------------
+def _measurement(**kw):
+    from course_utils.measure import StepMeasurement
+
+    autocast = kw.pop("autocast", None)
+    return StepMeasurement(peak_bytes=kw.pop("peak_bytes", 2 * 10**9), baseline_bytes=0, weights_bytes=10**8,
+                           grads_bytes=10**8, optimizer_bytes=kw.pop("optimizer_bytes", 8 * 10**8),
+                           saved_activations_bytes=10**8, step_seconds=0.05, device="cuda:0",
+                           what="CUDA allocator peak", autocast=autocast, extra={"loss_scaling": autocast == "float16"},
+                           **kw)
+
+
+def _run_step_memory(monkeypatch, key="H100", trick_rows=None):
+    from course_utils import measure, tricks
+
+    simulate(monkeypatch, key)
+    calls, trick_calls = [], []
+
+    def fake_step(config, device=None, **kwargs):
+        calls.append(kwargs)
+        autocast = {"fp16": "float16"}.get(kwargs.get("autocast"))
+        return _measurement(method=kwargs["method"], batch=kwargs["batch"], steps=kwargs["steps"], autocast=autocast)
+
+    def fake_tricks(config, base, keys, **kwargs):
+        trick_calls.append((dict(base), list(keys), kwargs))
+        rows = []
+        for k in keys:
+            if trick_rows and k in trick_rows:
+                rows.append(tricks.TrickResult(k, k, "claim", skipped=trick_rows[k], device="cuda:0"))
+                continue
+            m = _measurement(steps=base["steps"], optimizer_bytes=2 * 10**8 if k == "adamw8bit" else 8 * 10**8)
+            rows.append(tricks.TrickResult(k, k, "claim", peak_bytes=m.peak_bytes, step_seconds=0.05,
+                                           optimizer_bytes=m.optimizer_bytes, saved_activations_bytes=10**8,
+                                           trained_params=10**8, estimate_bytes=int(2.1e9), estimate_moment="backward",
+                                           device="cuda:0", measurement=m))
+        return rows
+
+    monkeypatch.setattr(measure, "measure_training_step", fake_step)
+    monkeypatch.setattr(tricks, "measure_tricks", fake_tricks)
+    monkeypatch.setattr(gc, "free_memory", lambda torch_: None)
+    monkeypatch.setattr(gc, "requirement_problem", lambda name: None)
+    errors = {("full", 8): 2.3e9}  # 15 % over: --strict must fail on it
+    monkeypatch.setattr(gc, "cuda_estimate", lambda sm, kw, base: SimpleNamespace(
+        peak_bytes=int(errors.get((kw["method"], kw["batch"]), 2.05e9)), peak_moment="backward"))
+    ctx = _ctx(300)
+    ctx.torch = torch
+    section = next(s for s in gc.SECTIONS if s.key == "step_memory")
+    return gc.run_section(section, ctx, problem=lambda name: None), calls, trick_calls
+
+
+def test_step_memory_measures_3_steps_per_case_and_trick_with_fp16(monkeypatch):
+    rec, calls, trick_calls = _run_step_memory(monkeypatch)
+    assert rec["status"] == "passed", rec["reason"]
+    assert len(calls) == 8 and all(c["steps"] == gc.MEASURED_STEPS == 3 for c in calls)
+    fp16 = [c for c in calls if c.get("autocast") == "fp16"]
+    assert [(c["method"], c["batch"]) for c in fp16] == [("lora", 4), ("full", 4)]
+    assert any("float16 autocast with loss scaling" in c["check"] for c in rec["checks"])
+    in_process = [t for t in trick_calls if "compile" not in t[1]]
+    compiled = [t for t in trick_calls if t[1] == ["compile"]]
+    assert in_process[0][1] == ["baseline", "checkpointing", "adamw8bit"] and in_process[0][0]["steps"] == 3
+    assert compiled and compiled[0][0]["steps"] == 3 and compiled[0][2]["compile_timeout_s"] >= gc.COMPILE_MIN_S
+    data = rec["data"]
+    assert [t["key"] for t in data["tricks"]] == ["baseline", "checkpointing", "adamw8bit", "compile"]
+    first = data["tricks"][0]
+    assert {"optimizer_bytes", "saved_activations_bytes", "estimate_moment", "trained_params", "skipped",
+            "verdict", "mode", "error_pct"} <= set(first)  # TrickResult's own fields, not copied by hand
+    assert first["measurement"]["steps"] == 3 and first["measurement"]["targets"] == ["q_proj", "v_proj"]
+    assert data["estimate_vs_measured"][0]["measurement"]["steps"] == 3
+    assert len(data["estimate_errors"]) == 8 + 3  # compile is not modelled by the estimate
+    problems = gc.strict_problems([rec])
+    assert len(problems) == 1 and "full batch 8" in problems[0] and "+15.0 %" in problems[0]
+    assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == gc.EXIT_STRICT
+
+
+def test_step_memory_skipped_trick_rows_do_not_raise(monkeypatch):
+    rows = {"checkpointing": "skipped: the step failed (CUDA out of memory)",
+            "compile": "skipped: did not finish within its 90 s budget on this machine"}
+    rec, _, _ = _run_step_memory(monkeypatch, trick_rows=rows)
+    assert rec["status"] == "failed" and "trick checkpointing: measured" in rec["reason"]
+    assert [p["kind"] for p in rec["partial"]] == ["time"] and "compile" in rec["partial"][0]["what"]
+
+
+def test_skipped_for_time():
+    assert gc.skipped_for_time("skipped: did not finish within its 240 s budget on this machine")
+    assert not gc.skipped_for_time("skipped: the step failed (RuntimeError: the compiler timed out)")
+    assert not gc.skipped_for_time("skipped: the step failed (CUDA out of memory)")
+    with pytest.raises(TypeError, match="reason"):
+        gc.skipped_for_time(None)
+
+
+def test_check_measurement_wants_the_planned_steps_and_loss_scaling():
+    out = gc.Outcome()
+    gc.check_measurement(out, "full batch 4", _measurement(steps=1, autocast="float16"), {"steps": 3, "fp16": True})
+    assert [c["ok"] for c in out.checks] == [True, False, True]
+    out = gc.Outcome()
+    gc.check_measurement(out, "fp16", _measurement(steps=3), {"steps": 3, "fp16": True})
+    assert [c["ok"] for c in out.checks] == [True, True, False]  # no fp16 autocast: the T4 branch did not run
+
+
+def test_trick_record_uses_the_dataclass_fields():
+    from course_utils import tricks
+
+    row = tricks.TrickResult("compile", "torch.compile", "claim", peak_bytes=10**9, estimate_bytes=2 * 10**9,
+                             measurement=_measurement(steps=3))
+    rec = gc.trick_record(row, "faster", "child process")
+    assert rec["error_pct"] is None and rec["estimate_gb"] is None  # not modelled
+    assert rec["measurement"]["steps"] == 3 and rec["verdict"] == "faster" and rec["mode"] == "child process"
+    assert set(f.name for f in __import__("dataclasses").fields(row)) - {"measurement"} <= set(rec)
+    with pytest.raises(TypeError, match="row"):
+        gc.trick_record({"key": "x"}, "", "")
+
+
+def test_no_accepts_probes_left():
+    assert not hasattr(gc, "accepts")
+    assert "accepts(" not in SCRIPT.read_text()
+
+
+# --------------------------------------------------------------------------------------------
+# The forced fp16 QLoRA load and Trainer arguments
+# --------------------------------------------------------------------------------------------
+def _fake_transformers(monkeypatch):
+    from course_utils import quiet
+
+    calls = []
+    fake = types.ModuleType("transformers")
+    fake.AutoModelForCausalLM = SimpleNamespace(from_pretrained=lambda name, **kw: calls.append((name, kw))
+                                                or SimpleNamespace(eval=lambda: None))
+    fake.TrainingArguments = lambda **kw: SimpleNamespace(**kw)
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    monkeypatch.setattr(quiet, "quiet_libraries", contextlib.nullcontext)
+    return calls
+
+
+def test_qlora_forced_float16_compute(monkeypatch):
+    calls = _fake_transformers(monkeypatch)
+    models = SimpleNamespace(dtype_kwargs=lambda dt: {"dtype": dt}, device_map=lambda d: {"": 0},
+                             quantization_config=lambda bits, dt: ("nf4", bits, dt),
+                             load_model=lambda choice, bits, device: ("course", bits, device))
+    ctx = _ctx()
+    ctx.torch = torch
+    choice = SimpleNamespace(name="/cache/standin")
+    gc.load_4bit(ctx, models, choice, "float16", default=False)
+    assert calls == [("/cache/standin", {"dtype": torch.float16, "device_map": {"": 0},
+                                         "quantization_config": ("nf4", 4, torch.float16)})]
+    assert gc.load_4bit(ctx, models, choice, "bfloat16", default=True) == ("course", 4, "cuda")
+    assert gc.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config=SimpleNamespace(
+        bnb_4bit_compute_dtype=torch.float16)))) == "float16"
+    assert gc.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config={
+        "bnb_4bit_compute_dtype": "bfloat16"}))) == "bfloat16"
+    assert gc.quant_compute_dtype(SimpleNamespace()) == "?"
+
+
+def test_trainer_forced_fp16_arguments(monkeypatch, tmp_path):
+    _fake_transformers(monkeypatch)
+    planned = []
+
+    def plan(folder, max_steps, device, bitsandbytes):
+        planned.append((max_steps, device, bitsandbytes))
+        return {"output_dir": folder, "bf16": True, "optim": "adamw_8bit", "max_steps": max_steps}, ["warm-up"]
+
+    fake_tricks = SimpleNamespace(training_arguments_plan=plan,
+                                  memory_efficient_training_arguments=lambda folder, max_steps, device: ("lesson", []))
+    forced = gc.trainer_cases(True)[1]
+    args, changes = gc.trainer_arguments(fake_tricks, str(tmp_path), "cuda", forced, True)
+    assert planned == [(2, "cuda", True)]
+    assert args.fp16 is True and args.bf16 is False and args.optim == "adamw_8bit" and args.report_to == "none"
+    assert changes[0] == "warm-up" and "forced by gpu_check" in changes[1]
+    assert gc.trainer_arguments(fake_tricks, str(tmp_path), "cuda", gc.trainer_cases(True)[0], True)[0] == "lesson"
+    assert gc.FP16_TRAINING_KWARGS == {"bf16": False, "fp16": True}
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes end with the run
+# --------------------------------------------------------------------------------------------
+def test_descendants_walks_the_tree():
+    table = {10: (1, 10, "S"), 11: (10, 11, "S"), 12: (11, 11, "S"), 13: (10, 10, "Z"), 20: (1, 20, "S")}
+    assert gc.descendants(10, table) == [11, 13, 12]
+    assert gc.descendants(20, table) == [] and gc.descendants(99, table) == []
+    real = gc.process_table()
+    assert real[os.getpid()][0] == os.getppid() and real[os.getpid()][1] == os.getpgrp()
+
+
+END_CHILDREN_SCRIPT = r'''
+import importlib.util, json, os, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("gpu_check", sys.argv[1])
+gc = importlib.util.module_from_spec(spec)
+sys.modules["gpu_check"] = gc
+spec.loader.exec_module(gc)
+from multiprocessing import resource_tracker
+resource_tracker.ensure_running()  # spared: it ends by itself with this process
+tracker = resource_tracker._resource_tracker._pid
+own = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own process group, as the compile child
+same = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])  # a grandchild in this process's own group
+mark = sys.argv[2]
+orphaner = subprocess.Popen(["sh", "-c", f"(sleep 60 & echo $! > {mark}); sleep 60"], start_new_session=True)
+deadline = time.monotonic() + 5
+while not (os.path.exists(mark) and open(mark).read().strip()) and time.monotonic() < deadline:
+    time.sleep(0.05)
+orphan = int(open(mark).read())  # left its parent: no longer below this process, still in the group
+time.sleep(0.2)
+tree = gc.descendants(os.getpid(), gc.process_table())
+start = time.monotonic()
+ended = gc.end_children(grace_s=2.0)
+seconds = time.monotonic() - start
+codes = [own.wait(5), same.wait(5), orphaner.wait(5)]
+time.sleep(0.2)
+print(json.dumps({"own": own.pid, "tree": [p for p in tree if p != tracker], "ended": ended, "codes": codes,
+                  "orphan": orphan, "tracker": tracker, "tracker_in_tree": tracker in tree,
+                  "tracker_alive": gc.is_alive(tracker),
+                  "alive": [p for p in tree + [orphan] if gc.is_alive(p) and p != tracker], "seconds": seconds}))
+'''
+
+
+def test_end_children_ends_a_sleep_in_its_own_process_group_and_the_rest(tmp_path):
+    script = tmp_path / "end_children.py"
+    script.write_text(END_CHILDREN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(SCRIPT), str(tmp_path / "orphan.pid")],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["own"] in found["tree"] and len(found["tree"]) >= 4 and found["orphan"] not in found["tree"]
+    assert found["ended"] == found["tree"]
+    assert all(code < 0 for code in found["codes"]), found["codes"]  # ended by a signal
+    assert found["alive"] == []  # the orphan too: its process group was signalled
+    assert found["seconds"] < 2.0  # SIGTERM was enough: no wait for the grace period
+    assert found["tracker_in_tree"] and found["tracker_alive"] and found["tracker"] not in found["ended"]
+
+
+def test_end_children_arguments():
+    sleeper = subprocess.Popen(["sleep", "5"])
+    try:
+        assert gc.end_children(grace_s=0, root=sleeper.pid) == []  # a process with no children
+        assert gc.is_alive(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not gc.is_alive(sleeper.pid)
+    with pytest.raises(ValueError, match="grace_s"):
+        gc.end_children(grace_s=-1)
+
+
+def test_background_gives_the_result_or_the_error():
+    assert gc.Background(lambda: 42).start().join(5) == 42
+    with pytest.raises(KeyError):
+        gc.Background(lambda: {}["x"]).start().join(5)
+    slow = gc.Background(lambda: time.sleep(0.5)).start()
+    with pytest.raises(TimeoutError):
+        slow.join(0.01)
+    assert slow.join(5) is None
+
+
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
 def _fake_results():
     return {
-        "started_utc": "2026-11-30 22:00 UTC", "budget_s": 480.0, "elapsed_s": 123.4, "exit_status": 1,
+        "started_utc": "2026-11-30 22:00 UTC", "budget_s": 300.0, "elapsed_s": 123.4, "exit_status": 1,
         "machine": {"gpu": "Tesla T4", "capability": "7.5", "memory_gb": 15.83, "torch": "2.13.0", "cuda": "12.8"},
         "sections": [
             {"number": 2, "key": "matmul", "title": "Matmul speed", "status": "passed", "seconds": 3.2,
              "reason": "partly skipped: bfloat16 emulated", "error": None, "checks": [
                  {"check": "float16 is faster than float32", "ok": True, "detail": "8.0x"}],
+             "partial": [{"what": "bfloat16 emulated", "kind": "n/a", "library": None}],
              "tables": [{"title": "4096x4096 matmul", "columns": ["dtype", "TFLOP/s", "% of peak"],
                          "rows": [["float16", 25.123, 38.65], ["bfloat16", 1.5, None], ["a|b", 0.001234, True]]}],
              "texts": [{"title": "report", "text": "line one\nline two"}], "notes": ["a note"], "data": {}},
@@ -295,9 +852,9 @@ def _fake_results():
              "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory",
                        "traceback": "Traceback (most recent call last):\n  ...\nOutOfMemoryError: CUDA out of memory"},
              "data": {}},
-            {"number": 8, "key": "trainer", "title": "Trainer", "status": "skipped", "seconds": 0.0,
-             "reason": "accelerate is not installed", "error": None, "checks": [], "tables": [], "texts": [],
-             "notes": [], "data": {}},
+            {"number": 8, "key": "trainer", "title": "Trainer", "status": "not checked", "seconds": 0.0,
+             "reason": "not checked: no accelerate (accelerate is not installed)", "error": None, "checks": [],
+             "tables": [], "texts": [], "notes": [], "data": {}},
         ],
     }
 
@@ -306,7 +863,8 @@ def test_render_markdown():
     md = gc.render_markdown(_fake_results())
     assert md.startswith("# GPU check")
     assert "Tesla T4" in md and "compute capability 7.5" in md
-    assert "Result: **FAILED** (1 passed, 1 failed, 1 skipped)" in md and "exit status 1" in md
+    assert "Result: **FAILED** (1 passed, 1 failed, 0 skipped, 1 not checked)" in md and "exit status 1" in md
+    assert "`gpu_check: FAILED: 1 passed, 1 failed, 0 skipped, 1 not checked of 3 sections; failed: qlora" in md
     assert "| 2 | matmul | passed | 3.20 | partly skipped: bfloat16 emulated |" in md
     assert "## 2. Matmul speed: passed" in md
     assert "| dtype | TFLOP/s | % of peak |" in md
@@ -317,7 +875,8 @@ def test_render_markdown():
     assert "```\nline one\nline two\n```" in md
     assert "- a note" in md
     assert "## 6. QLoRA: failed" in md and "Error: `OutOfMemoryError: CUDA out of memory`" in md
-    assert "Reason: accelerate is not installed" in md
+    assert "## 8. Trainer: not checked" in md and "Reason: not checked: no accelerate" in md
+    assert "- trainer: not checked: no accelerate" in md
 
 
 def test_render_markdown_passed_and_watchdog():
@@ -325,8 +884,12 @@ def test_render_markdown_passed_and_watchdog():
     results["sections"] = results["sections"][:1]
     results["exit_status"] = 0
     assert "Result: **PASSED**" in gc.render_markdown(results)
+    results["sections"][0]["partial"] = ["an old-style partial skip"]  # a bare string: kind 'other'
+    assert "Result: **INCOMPLETE**" in gc.render_markdown(results)
     results["stopped_by_watchdog"] = True
-    assert "stopped by the watchdog" in gc.render_markdown(results)
+    results["ended_children"] = [4242]
+    md = gc.render_markdown(results)
+    assert "stopped by the watchdog" in md and "Child processes ended with the run: 4242." in md
 
 
 @pytest.mark.parametrize("value, text", [(None, "n/a"), (True, "yes"), (0.0, "0"), (1234.5, "1,234"),
@@ -343,29 +906,35 @@ def test_write_outputs(tmp_path):
     json_path, md_path, markdown = gc.write_outputs(results, tmp_path / "out")
     assert json_path == tmp_path / "out" / "gpu_check.json" and md_path == tmp_path / "out" / "gpu_check.md"
     loaded = json.loads(json_path.read_text())
-    assert [s["status"] for s in loaded["sections"]] == ["passed", "failed", "skipped"]
+    assert [s["status"] for s in loaded["sections"]] == ["passed", "failed", "not checked"]
+    assert loaded["summary"]["failed"] == ["qlora"] and loaded["summary"]["not_checked_sections"] == ["trainer"]
+    assert loaded["summary"]["line"].startswith("gpu_check: FAILED")
     assert md_path.read_text() == markdown
 
 
-def test_watchdog_writes_what_it_has_and_exits_1(tmp_path, monkeypatch, capsys):
+def test_watchdog_ends_the_children_writes_what_it_has_and_exits_1(tmp_path, monkeypatch, capsys):
     results = {"budget_s": 100.0, "machine": {}, "sections": [
         {**gc.new_record(gc.SECTIONS[0]), "status": "passed"},
         {**gc.new_record(gc.SECTIONS[1]), "status": "running"},
         gc.new_record(gc.SECTIONS[2])]}
     clock = gc.Clock(100.0, start=time.monotonic() - 100)
     dog = gc.Watchdog(results, tmp_path, clock)
+    ended = []
 
     def fake_exit(code):
         raise SystemExit(code)
 
     monkeypatch.setattr(gc.os, "_exit", fake_exit)
+    monkeypatch.setattr(gc, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [4242])
     with pytest.raises(SystemExit) as info:
         dog.fire()
-    assert info.value.code == 1
+    assert info.value.code == 1 and ended == [1.0]
     assert [r["status"] for r in results["sections"]] == ["passed", "failed", "skipped"]
     assert "budget" in results["sections"][1]["reason"] and "budget" in results["sections"][2]["reason"]
-    assert json.loads((tmp_path / "gpu_check.json").read_text())["stopped_by_watchdog"] is True
-    assert "stopped by the watchdog" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert saved["stopped_by_watchdog"] is True and saved["ended_children"] == [4242] and saved["exit_status"] == 1
+    out = capsys.readouterr().out
+    assert "stopped by the watchdog" in out and out.strip().splitlines()[-1].startswith("gpu_check: FAILED")
     assert dog.finish() is False  # the main thread learns that the watchdog already wrote the results
 
 
@@ -385,3 +954,25 @@ def test_as_plain():
     assert gc.as_plain(None) is None
     assert gc.as_plain(hardware.datasheet_for("Tesla T4"))["tensor16_tflops"] == 65.0
     assert gc.as_plain(Sheet(1.0, 2.0)).startswith("<")  # neither NamedTuple nor dataclass: its text
+
+
+def test_a_section_may_use_the_time_earlier_ones_left():
+    assert gc.section_seconds(30, 200, None) == 30  # alone: its cap
+    assert gc.section_seconds(30, 200, 100) == 100  # the later sections keep their 100 s
+    assert gc.section_seconds(30, 120, 100) == 30  # never less than its cap...
+    assert gc.section_seconds(30, 20, 100) == 20  # ...nor more than what is left
+    seen = []
+    ctx = _ctx(budget_s=300)
+    ctx.torch = type("NoTorch", (), {"cuda": type("C", (), {"is_available": staticmethod(lambda: False)})})
+    sections = [gc.Section(i, f"s{i}", "S", lambda c, o: seen.append(c.left()), min_s=0, cap_s=10) for i in (1, 2)]
+    gc.run_all(sections, ctx, {})
+    assert 300 - gc.RESERVE_S - 10 - 1 < seen[0] <= 300 - gc.RESERVE_S - 10  # all but the last section's cap
+    assert 300 - gc.RESERVE_S - 1 < seen[1] <= 300 - gc.RESERVE_S
+
+
+def test_the_rule_2_probe_reads_autocasts_dtypes() -> None:
+    """On a CPU autocast runs softmax and layer_norm in bfloat16; the GPU check expects float32 there (CUDA's list)."""
+    import torch
+
+    kept = gc.autocast_float32_ops(torch, "cpu", torch.bfloat16)
+    assert kept == {"softmax": torch.bfloat16, "layer_norm": torch.bfloat16}

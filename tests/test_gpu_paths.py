@@ -234,7 +234,7 @@ def test_setup_cell_on_colab_pins_helpers_and_never_touches_torch(monkeypatch: p
     run_setup_cell(monkeypatch, tmp_path, colab=True, pip=pip, installed=installed)
     helpers, extras = pip.calls
     assert "--no-deps" in helpers and about.install_spec() in helpers
-    assert "bitsandbytes>=0.48.2" in extras and "accelerate>=1.10.1" in extras
+    assert "bitsandbytes>=0.48.2,<=0.50.2" in extras and "accelerate>=1.10.1" in extras  # bitsandbytes capped
     assert not any(part.startswith("peft") for part in extras)  # new enough already
     for call in pip.calls:
         assert not any(part.split(">=")[0] in ("torch", "transformers") for part in call[5:])

@@ -69,10 +69,10 @@ def test_time_frozen_layer_stops_at_the_first_cuda_allocation(cuda_device: Profi
     assert made[0][0] == torch.float32 and torch.device(made[0][1]).type == "cuda"
 
 
-@pytest.mark.parametrize("method", ["full", "lora", "lora-bf16", "qlora"])
+@pytest.mark.parametrize("method", ["full", "lora", "lora-bf16", "qlora", "full-bf16"])
 def test_step_precision(any_device: Profile, method: str) -> None:
     half = str(half_for(any_device)).removeprefix("torch.")
-    base = half if method in ("lora-bf16", "qlora") else "float32"
+    base = {"lora-bf16": half, "qlora": half, "full-bf16": "bfloat16"}.get(method, "float32")
     assert step_precision(method, None, None) == Precision(base, None, base == "float16")
     assert step_precision(method, "auto", None) == Precision(base, half, half == "float16")
     if any_device.key == "T4":
@@ -105,6 +105,39 @@ def test_build_model_uses_the_devices_16bit_base(cuda_device: Profile, monkeypat
     assert seen["from_config"] == half
     if method == "qlora":
         assert seen["dtype"] == half and seen["compute"] == half and seen["device_map"] == {"": "cuda"}
+
+
+def test_build_model_full_bf16_is_bfloat16_on_every_gpu(cuda_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pure bf16 by its name, a T4 included (float16 without a float32 master copy would lose small updates)."""
+    import transformers
+
+    seen: dict[str, Any] = {}
+    real_from_config = transformers.AutoModelForCausalLM.from_config
+
+    def from_config(config: Any, **kwargs: Any) -> Any:
+        seen["dtype"] = kwargs["dtype"]
+        return real_from_config(config, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", from_config)
+    spec = {"config": TINY, "method": "full-bf16", "lora_rank": 4, "targets": ["q_proj"], "seed": 0}
+    with pytest.raises(CUDA_REFUSED):
+        measure.build_model(spec, torch.device("cuda"))
+    assert seen["dtype"] == torch.bfloat16
+
+
+def test_t4_budget_is_what_the_simulated_t4_exposes_minus_the_cuda_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hardware reads total memory (15.83 GB on Colab's T4); the budget is that minus the 0.5 GB context."""
+    from gpu_sim import simulate
+
+    from course_utils import datasheets, hardware, memory
+
+    simulate(monkeypatch, "T4")
+    total = hardware.gpu_memory_gb()
+    assert round(total, 2) == 15.83
+    sheet = hardware.current_datasheet()
+    assert sheet is not None and sheet.budget_gb == pytest.approx(datasheets.budget_from_total_gb(total), abs=1e-3)
+    assert memory.gpu_budget("T4").gb == sheet.budget_gb and round(sheet.budget_gb, 2) == 15.33
+    assert hardware.datasheet_for("Tesla T4").budget_gb == sheet.budget_gb  # the A10G rename keeps the field too
 
 
 def test_measure_training_step_resolves_auto_autocast(any_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -141,7 +141,7 @@ def test_load_model_arguments_per_device(device, spy_from_pretrained, bits) -> N
     (call,) = spy_from_pretrained
     assert call["name"] == hub.REAL_MODEL
     assert call["dtype"] == expected and "torch_dtype" not in call
-    assert call["device_map"] == ("cpu" if device == "CPU" else "auto")
+    assert call["device_map"] == ("cpu" if device == "CPU" else {"": 0})  # one GPU, never "auto" over two
     qc = call["quantization_config"]
     if bits == 16:
         assert qc is None
@@ -209,13 +209,23 @@ def test_building_the_standin_never_touches_cuda(device, tmp_path) -> None:
 def test_the_real_from_pretrained_gets_the_devices_dtype(monkeypatch, tiny_standin, key) -> None:
     """The decisions above, through the *real* from_pretrained (no spy), on a simulated GPU.
 
-    transformers 5 places ``device_map="auto"`` with ``torch.accelerator``, which the simulation does not
-    patch, so the weights land on the CPU here (on a real GPU they go to it). The dtype is the decision
-    this test can see: float16 for a T4, bfloat16 from compute capability 8.0.
+    The weights would go to GPU 0 (``device_map={"": 0}``, tested below), where a simulated GPU stops at the
+    first allocation; so only the placement is sent to the CPU here. The dtype is the decision this test can
+    see: float16 for a T4, bfloat16 from compute capability 8.0.
     """
     simulate(monkeypatch, key)
+    monkeypatch.setattr(M, "device_map", lambda device=None: "cpu")
     model = M.load_model(tiny_standin, 16)
     assert model.dtype == EXPECTED_DTYPE[key]
+
+
+def test_device_map_is_one_device_on_two_gpus(monkeypatch) -> None:
+    """Kaggle's 2 x T4: the whole model goes on the device asked for, never spread by "auto"."""
+    simulate(monkeypatch, "T4")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert M.device_map("cuda") == {"": 0} and M.device_map("cuda:0") == {"": 0}
+    assert M.device_map("cpu") == "cpu" and M.load_settings(4, "cuda")["device_map"] == {"": 0}
 
 
 def test_a_real_cpu_load_under_a_gpu_profile_uses_bf16(monkeypatch, tiny_standin) -> None:
@@ -248,8 +258,9 @@ def spy_peft(monkeypatch: pytest.MonkeyPatch) -> dict:
 
     seen: dict = {}
 
-    def prepare(model, use_gradient_checkpointing=True, **kwargs):
+    def prepare(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs=None, **kwargs):
         seen["checkpointing"] = use_gradient_checkpointing
+        seen["checkpointing_kwargs"] = gradient_checkpointing_kwargs
         return model
 
     def wrap(model, config, **kwargs):
@@ -273,6 +284,7 @@ def test_add_lora_decisions_per_device(device, spy_peft) -> None:
     out = lora.add_lora(model, r=16, alpha=16)
     assert out is model and spy_peft["targets"] == set(PROJECTIONS)
     assert spy_peft["checkpointing"] is on_gpu  # gradient checkpointing: on a GPU only
+    assert spy_peft["checkpointing_kwargs"] == {"use_reentrant": False}  # else torch warns on every GPU run
     assert model.config.use_cache is (not on_gpu)
     assert spy_peft["rng_devices"] == ([0] if on_gpu else [])  # the seed also fixes the GPU's RNG there
 

@@ -70,6 +70,9 @@ def test_gpu_memory_is_none_without_cuda(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "CPU only" in hardware.hardware_summary()
 
 
-def test_setup_report_lists_versions() -> None:
+def test_setup_report_is_one_line_when_all_is_well(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "version_notes", lambda have=None: [])
     report = hardware.setup_report()
-    assert "torch" in report and "python" in report
+    assert report.startswith("Ready. CPU only") and "torch" in report and "\n" not in report
+    monkeypatch.setattr(hardware, "version_notes", lambda have=None: ["peft 0.1 is older than 0.17.1"])
+    assert hardware.setup_report().splitlines()[1] == "peft 0.1 is older than 0.17.1"

@@ -55,6 +55,24 @@ def test_lora_step_trains_only_adapters() -> None:
     assert m.optimizer_bytes >= 8 * m.trained_params
 
 
+def test_full_bf16_model_and_adamw_states_are_bfloat16() -> None:
+    """Pure bf16: every parameter bfloat16 and trainable; torch AdamW keeps exp_avg and exp_avg_sq in bfloat16."""
+    spec = {"config": TINY, "method": "full-bf16", "lora_rank": 8, "targets": ["q_proj"], "seed": 0,
+            "optimizer": "adamw"}  # the config says bfloat16 too, but build_model sets the dtype itself
+    model = measure.build_model(spec, torch.device("cpu"))
+    params = list(model.parameters())
+    assert all(p.dtype == torch.bfloat16 and p.requires_grad for p in params)
+    assert sum(p.numel() for p in params) == TINY_PARAMS
+    opt = measure.make_optimizer(spec, params)
+    ids = torch.randint(0, 512, (1, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad.dtype == torch.bfloat16 for p in params)
+    opt.step()
+    states = list(opt.state.values())
+    assert {st["exp_avg"].dtype for st in states} == {st["exp_avg_sq"].dtype for st in states} == {torch.bfloat16}
+    assert measure._unique_nbytes(measure._optimizer_tensors(opt)) == 4 * TINY_PARAMS + 4 * len(states)  # + steps
+
+
 def test_measurement_round_trips_through_a_dict() -> None:
     m = StepMeasurement(1, 2, 3, 4, 5, 6, 0.5, "cpu", "a test", targets=("q_proj",))
     again = StepMeasurement.from_dict(m.to_dict())

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from course_utils import memory as mem
+from course_utils.architecture import lora_adapter_params
 
 # The lesson's table, value by value: (model, method) -> GB to the hundredth, fits on 16 / 24 / 80 GB.
 LESSON_ROWS = [
@@ -74,6 +75,22 @@ def test_full_fine_tuning_is_16_bytes_per_parameter() -> None:
     assert round(mem.estimate(7e9, "full").gb, 2) == 112.0
 
 
+def test_full_bf16_is_8_bytes_per_parameter() -> None:
+    """Pure bfloat16: weight 2, gradient 2, AdamW's two states 2 + 2 bytes (torch keeps them in the weight's dtype)."""
+    est = mem.estimate(1_000_000, "full-bf16")
+    assert (est.weights_bytes, est.gradient_bytes, est.optimizer_bytes) == (2e6, 2e6, 4e6)
+    assert est.trained == 1_000_000 and not est.adapter_assumed
+    assert est.label == "full fine-tuning (bfloat16)" and mem.ALL_METHODS["full-bf16"].trains_all
+    assert mem.estimate(7e9, "full-bf16").gb == pytest.approx(56.0)  # half of float32's 112 GB
+
+
+def test_the_lessons_table_keeps_its_four_methods() -> None:
+    assert tuple(mem.METHODS) == ("full", "lora", "lora-bf16", "qlora")
+    assert tuple(mem.ALL_METHODS) == (*mem.METHODS, *mem.EXTRA_METHODS) and "full-bf16" in mem.EXTRA_METHODS
+    assert len(mem.estimate_table()) == 16 and {e.method for e in mem.estimate_table()} == set(mem.METHODS)
+    assert "(bfloat16)" not in mem.lesson_table() and len(mem.what_fits(80)) == 12
+
+
 @pytest.mark.parametrize("method,base", [("lora", 4.0), ("lora-bf16", 2.0), ("qlora", 0.5)])
 def test_lora_is_frozen_base_plus_12_bytes_per_adapter_number(method: str, base: float) -> None:
     est = mem.estimate(mem.SMOLLM2_PARAMS, method, adapter=mem.SMOLLM2_ADAPTER)
@@ -99,6 +116,18 @@ def test_usable_and_fits_at_70_percent() -> None:
     assert [mem.usable_gb(b.gb) for b in mem.BUDGETS] == [11.2, 16.8, 56.0]
     assert mem.fits(11.2, 16) and not mem.fits(11.21, 16)
     assert mem.fits(0, 16)
+
+
+def test_a_t4_is_budgeted_at_what_a_process_can_use_and_the_70_percent_rule_applies_on_top() -> None:
+    """Colab's T4 exposes 15,095 MiB (15.83 GB); the CUDA context takes 0.5 GB outside the allocator counter."""
+    from course_utils.datasheets import CUDA_CONTEXT_GB, T4_EXPOSED_GB, lookup
+
+    t4 = mem.gpu_budget("T4")
+    assert round(T4_EXPOSED_GB, 2) == 15.83 and CUDA_CONTEXT_GB == 0.5
+    assert t4.label == "T4 15.33 GB" and t4.gb == pytest.approx(15.83 - 0.5, abs=0.005)
+    assert t4.usable_gb == pytest.approx(0.7 * t4.gb) and round(t4.usable_gb, 2) == 10.73
+    assert lookup("T4").memory_gb == 16.0  # the datasheet's figure stays what the datasheet says
+    assert mem.gpu_budget("L4").label == "L4 24 GB"  # no measured exposed memory: the datasheet's figure
 
 
 def test_what_fits() -> None:
@@ -145,10 +174,22 @@ def test_account_for_peak_rejects_bad_measurements(field: str, value, error) -> 
 # --------------------------------------------------------------------------------------------
 # Bad input
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params", [0, -1, float("nan"), float("inf")])
+@pytest.mark.parametrize("params", [0, -1, float("nan"), float("inf"), 999, 1e14 + 1e6, 1e30])
 def test_estimate_rejects_bad_sizes(params) -> None:
     with pytest.raises(ValueError, match="params"):
         mem.estimate(params, "full")
+
+
+def test_absurd_sizes_name_the_argument_and_the_range() -> None:
+    with pytest.raises(ValueError, match=r"^params must be a finite number between 1000 and 1e\+14, got 1e\+30$"):
+        mem.estimate(1e30, "lora")
+    with pytest.raises(ValueError, match="params must be"):
+        mem.assumed_adapter_params(1e18)
+    with pytest.raises(ValueError, match=r"^budget_gb must be a finite number between 0.01 and 10000, got 1e\+30$"):
+        mem.fits(1.0, 1e30)
+    with pytest.raises(ValueError, match="budget"):
+        mem.budgets_from_gb([16, 1e6])
+    assert mem.estimate(mem.MIN_PARAMS, "full").total_bytes == 16_000 and mem.estimate(mem.MAX_PARAMS, "qlora").gb > 0
 
 
 def test_estimate_rejects_bad_types_and_methods() -> None:
@@ -220,6 +261,11 @@ def test_planner_answers_and_draws() -> None:
     assert wm.plan("a 7B model", 1.0, "lora-bf16", 8, 24).fits
     smol = wm.plan("SmolLM2-135M (config)", 1.0, "lora", 8, 16)
     assert smol.fits and "460,800 numbers (counted from the config)" in smol.text and "0.54 GB" in smol.text
+    bf16 = wm.plan("a 7B model", 1.0, "full-bf16", 8, 80)
+    assert bf16.estimate.gb == pytest.approx(56.0) and "trains all 7,000,000,000 parameters" in bf16.text
+    assert bf16.fits and not wm.plan("a 7B model", 1.0, "full-bf16", 8, 64).fits  # 56 GB: exactly 70 % of 80 GB
+    assert ("full fine-tuning (bfloat16)", "full-bf16") in wm.method_options()
+    assert [k for _, k in wm.method_options()][:4] == list(mem.METHODS)
     custom = wm.plan(wm.CUSTOM, 3.2, "full", 8, 80)
     assert custom.estimate.gb == pytest.approx(51.2) and custom.fits and "a 3.2B model" in custom.text
     assert wm.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
@@ -280,16 +326,20 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
     from course_utils.widgets import memory as wm
 
     p = wm.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
-    assert [b.label for b in p.budgets] == ["T4 16 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
-    assert "T4 16 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
+    assert [b.label for b in p.budgets] == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    assert "T4 15.33 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
     assert p.estimate.device == "cuda" and sum(p.estimate.categories().values()) == p.estimate.peak_bytes
     fig = wm.step_planner_view("smollm2-135m", "full", 4, 512, True, "adamw8bit")
     ax = fig.axes[0]
     assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == list(CATEGORIES)
     assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
         wm.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == [16.0, 24.0, 40.0, 80.0]
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 24.0, 40.0, 80.0],
+                                                                                   abs=1e-3)
     plt.close(fig)
+    bf16 = wm.step_plan("smollm2-135m", "full-bf16", 8, 128)
+    assert bf16.text.startswith("smollm2-135m, full fine-tuning (bfloat16), batch 8 x 128 tokens, AdamW: predicted")
+    assert bf16.estimate.optimizer_bytes < wm.step_plan("smollm2-135m", "full", 8, 128).estimate.optimizer_bytes / 1.9
 
 
 @pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),
@@ -310,6 +360,38 @@ def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
 
     box = wm.step_planner("smollm2-135m", "lora", 8, 512)
     assert "predicted peak" in capsys.readouterr().out
+    method = box.children[0].children[1]
+    assert ("full fine-tuning (bfloat16)", "full-bf16") in method.options
+    method.value = "full-bf16"
+    assert "full fine-tuning (bfloat16)" in capsys.readouterr().out
     box.children[1].children[3].value = True  # gradient checkpointing
     assert "gradient checkpointing" in capsys.readouterr().out
     plt.close("all")
+
+
+def test_rounded_peak_parts_add_up_to_the_rounded_peak() -> None:
+    measured = _fake_measurement(peak_bytes=1_838_123_456, baseline_bytes=445_400_000, weights_bytes=539_903_232,
+                                 grads_bytes=1_843_200, optimizer_bytes=3_686_400, saved_activations_bytes=586_400_000)
+    parts = mem.account_for_peak(measured, digits=3)
+    assert [round(v, 3) for _, v in parts] == [v for _, v in parts]
+    assert round(sum(v for _, v in parts), 3) == 1.838
+    assert [v for _, v in parts[:5]] == [0.445, 0.54, 0.002, 0.004, 0.586]
+    with pytest.raises(ValueError, match="digits"):
+        mem.account_for_peak(measured, digits=-1)
+
+
+def test_the_notebooks_sums_by_hand_are_the_estimators() -> None:
+    """Notebook 04 writes each sum in plain Python; the estimator (table, planner, exercises) must agree."""
+    assert 30 * 8 * ((576 + 576) + (576 + 192)) == lora_adapter_params("smollm2-135m", 8) == mem.SMOLLM2_ADAPTER
+    assert 134_515_008 * 16 / 1e9 == pytest.approx(mem.estimate(mem.SMOLLM2_PARAMS, "full").gb)
+    assert 7e9 * 16 / 1e9 == pytest.approx(mem.estimate(7e9, "full").gb) == 112
+    lora = (134_515_008 * 4 + 460_800 * 12) / 1e9
+    assert lora == pytest.approx(mem.estimate(mem.SMOLLM2_PARAMS, "lora", adapter=460_800).gb)
+    assert f"{134_515_008 * 4 / 1e9:.4f} + {460_800 * 12 / 1e9:.4f} = {lora:.4f}" == "0.5381 + 0.0055 = 0.5436"
+    copy = 460_800 * 4 / 1e9  # the adapter's own float32 numbers, outside the estimate
+    assert f"{lora:.4f} + {copy:.4f} = {lora + copy:.4f}" == "0.5436 + 0.0018 = 0.5454"
+    adapter = 7e9 * 460_800 / 134_515_008
+    assert adapter == pytest.approx(mem.assumed_adapter_params(7e9))
+    assert (7e9 * 0.5 + adapter * 12) / 1e9 == pytest.approx(mem.estimate(7e9, "qlora").gb)
+    assert f"{7e9 * 0.5 / 1e9:.2f} + {adapter * 12 / 1e9:.2f} = {(7e9 * 0.5 + adapter * 12) / 1e9:.2f}" \
+        == "3.50 + 0.29 = 3.79"

@@ -76,20 +76,72 @@ def test_meta_model_builds_shapes_without_memory() -> None:
 # --------------------------------------------------------------------------------------------
 # On a tiny stand-in: the CPU repack pitfall, batches, generation
 # --------------------------------------------------------------------------------------------
-@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
-def test_cpu_repack_pitfall_is_caught(tiny_standin) -> None:
+needs_bnb = pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+
+
+def _linear4bit_layers(model) -> list:
+    bnb = import_bitsandbytes()
+    return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+
+
+@needs_bnb
+def test_the_repack_guard_catches_repacked_weights_on_any_cpu(tiny_standin) -> None:
+    """The guard, tested by marking a layer as bitsandbytes' repack does: it needs no AVX-512-bf16."""
+    model = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)  # as loaded: no switch yet
+    assert M.keep_4bit_trainable_on_cpu(model) == 2 * 7  # 2 layers x 7 projections
+    assert all(m.support_avx512bf16_for_cpu is False for m in _linear4bit_layers(model))
+    _linear4bit_layers(model)[3].weight.quant_state.packing_format_for_cpu = True  # what the repack sets
+    with pytest.raises(RuntimeError, match="repacked"):
+        M.keep_4bit_trainable_on_cpu(model)
+
+
+@needs_bnb
+@pytest.mark.parametrize("cpu_has_avx512bf16", [True, False])
+def test_the_repack_decision_with_the_feature_on_and_off(tiny_standin, monkeypatch, cpu_has_avx512bf16) -> None:
+    """bitsandbytes asks the CPU once per layer, at construction; a no-grad forward then repacks where it said yes.
+
+    The CPU's answer is patched both ways, so the premise holds (or fails) on every machine. The repack itself is
+    replaced by a recorder that stops the forward: a native AVX-512-bf16 kernel must never run on a CPU without
+    those instructions (it would crash the process).
+    """
+    from bitsandbytes.nn import modules
+
+    class Repacked(Exception):
+        pass
+
+    def recorder(weight, quant_state):
+        raise Repacked
+
+    monkeypatch.setattr(modules, "has_avx512bf16", lambda: cpu_has_avx512bf16)
+    monkeypatch.setattr(modules, "_convert_weight_packed_for_cpu", recorder)
+    untouched = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    assert all(m.support_avx512bf16_for_cpu is cpu_has_avx512bf16 for m in _linear4bit_layers(untouched))
+    layer = _linear4bit_layers(untouched)[0]
+    x = torch.randn(2, layer.in_features)
+    if cpu_has_avx512bf16:  # the pitfall: an inference forward would repack the weights
+        with pytest.raises(Repacked), torch.no_grad():
+            layer.eval()(x)
+    else:
+        with torch.no_grad():
+            layer.eval()(x)  # nothing to repack on this CPU
+    kept = M.load_model(tiny_standin, 4, device="cpu")  # the default: the switch is off from the load on
+    assert all(m.support_avx512bf16_for_cpu is False for m in _linear4bit_layers(kept))
+    with torch.no_grad():
+        _linear4bit_layers(kept)[0].eval()(x)  # no repack, whatever the CPU says: still trainable
+    tok = M.load_tokenizer(tiny_standin)
+    M.generate_text(kept, tok, "Hello", max_new_tokens=2)
+    assert M.keep_4bit_trainable_on_cpu(kept) == 2 * 7
+
+
+@needs_bnb
+def test_a_real_repack_on_a_cpu_with_avx512bf16(tiny_standin) -> None:
+    """Only where the CPU really has AVX-512-bf16: generate repacks an untouched model, and the guard sees it."""
     from bitsandbytes import functional
 
-    has_avx512bf16 = getattr(functional, "has_avx512bf16", lambda: False)  # absent before bitsandbytes 0.49
-    model = M.load_model(tiny_standin, 4, device="cpu")
-    assert M.keep_4bit_trainable_on_cpu(model) == 2 * 7  # 2 layers x 7 projections
-    tok = M.load_tokenizer(tiny_standin)
-    M.generate_text(model, tok, "Hello", max_new_tokens=2)  # no repack after the switch: still trainable
-    M.keep_4bit_trainable_on_cpu(model)
-    if not has_avx512bf16():
-        pytest.skip("this CPU has no AVX-512-bf16: bitsandbytes never repacks here")
-    fresh = M.load_model(tiny_standin, 4, device="cpu")
-    M.generate_text(fresh, tok, "Hello", max_new_tokens=2)  # repacks the weights for inference
+    if not getattr(functional, "has_avx512bf16", lambda: False)():  # absent before bitsandbytes 0.49
+        pytest.skip("this CPU has no AVX-512-bf16; the decision is tested both ways above")
+    fresh = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    M.generate_text(fresh, M.load_tokenizer(tiny_standin), "Hello", max_new_tokens=2)  # repacks for inference
     with pytest.raises(RuntimeError, match="repacked"):
         M.keep_4bit_trainable_on_cpu(fresh)
 

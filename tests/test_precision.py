@@ -507,3 +507,111 @@ def test_timing_report_says_slower_when_16_bit_is_slower() -> None:
     fp32 = precision.MatmulTiming(2048, "float32", "cpu", 100.0, 0.17)
     bf16 = precision.MatmulTiming(2048, "bfloat16", "cpu", 400.0, 0.043)
     assert "4.0x slower than float32" in precision.timing_report([fp32, bf16])
+
+
+# ------------------------------------------------------- the notebook's plain-torch cells and the helpers agree
+# Notebook 02 shows plain torch; the helpers behind its widgets, charts and sweeps must compute the same thing.
+# These checks live here, not in the notebook.
+LESSON_FORMATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@pytest.mark.parametrize("fmt", LESSON_FORMATS)
+def test_apply_update_is_the_notebooks_plain_subtraction(fmt) -> None:
+    for w in (1.0, 0.02, 8.0):
+        for update in (1e-2, 1e-3, 1e-4, 1e-6, 1e-8):
+            plain = (torch.tensor(w, dtype=fmt) - torch.tensor(update, dtype=fmt)).item()
+            assert plain == precision.apply_update(w, update, fmt)
+
+
+@pytest.mark.parametrize("fmt", LESSON_FORMATS)
+def test_repeated_updates_are_the_notebooks_plain_loop(fmt) -> None:
+    w, update = torch.tensor(1.0, dtype=fmt), torch.tensor(1e-4, dtype=fmt)
+    for _ in range(1000):
+        w = w - update
+    assert w.item() == precision.repeated_updates(1.0, 1e-4, 1000, fmt)
+
+
+def test_half_eps_is_the_gap_below_one_and_the_smallest_update_is_just_above_half_of_it() -> None:
+    for fmt in LESSON_FORMATS:
+        gap = torch.finfo(fmt).eps / 2
+        assert precision.spacing_around(1.0, fmt)[0] == gap
+        # just above: the update is stored in fmt first, and a tie at exactly gap / 2 rounds back to 1.0
+        assert gap / 2 < precision.smallest_surviving_update(1.0, fmt) <= gap / 2 * 1.01
+
+
+def test_cast_value_is_the_notebooks_plain_cast() -> None:
+    values = torch.tensor([100_000.0, 65_504.0, 1e-5, 1e-7, 1e-8, 1e-30], dtype=torch.float64)
+    for v in values:
+        for fmt in LESSON_FORMATS:
+            assert v.to(fmt).item() == precision.cast_value(v.item(), fmt)
+
+
+def test_fp16_cast_stats_are_the_notebooks_plain_counts() -> None:
+    grads = precision.synthetic_gradients(n=100_000, log10_mean=-6.0, log10_std=1.5, seed=0)
+    smallest_normal = torch.finfo(torch.float16).smallest_normal
+    for scale in (1, 65_536):
+        h = (grads * scale).to(torch.float16).abs()
+        zero, inf = (h == 0).sum().item() / h.numel(), h.isinf().sum().item() / h.numel()
+        subnormal = ((h > 0) & (h < smallest_normal)).sum().item() / h.numel()
+        stats = precision.fp16_cast_stats(grads, scale)
+        assert (stats.zero_fraction, stats.subnormal_fraction, stats.overflow_fraction) == (zero, subnormal, inf)
+    assert (round(stats.zero_fraction, 5), round(stats.overflow_fraction, 5)) == (0.00004, 0.00006)
+
+
+@pytest.mark.parametrize("fmt", [torch.bfloat16, torch.float16])
+def test_autocast_example_is_the_notebooks_visible_block(fmt) -> None:
+    model = torch.nn.Linear(512, 512)
+    x, y = torch.randn(64, 512), torch.randn(64, 512)
+    with torch.autocast(device_type="cpu", dtype=fmt):
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+    loss.backward()
+    plain = {"weights": model.weight.dtype, "output": out.dtype, "loss": loss.dtype,
+             "gradient": model.weight.grad.dtype}
+    assert plain == precision.autocast_example("cpu", fmt)
+    assert plain == {"weights": torch.float32, "output": fmt, "loss": torch.float32, "gradient": torch.float32}
+
+
+def test_cpu_autocast_keeps_softmax_and_layer_norm_in_16_bits() -> None:
+    """What the notebook says under its rule-2 cell: CPU autocast's float32 list is mainly losses.
+
+    CUDA autocast puts softmax and layer_norm on its float32 list; that branch needs a GPU and is checked by
+    scripts/gpu_check.py, not here.
+    """
+    ops = precision.autocast_op_dtypes("cpu", "bfloat16")
+    assert ops["softmax"] == ops["layer_norm"] == ops["linear (matmul)"] == torch.bfloat16
+    assert ops["cross_entropy"] == ops["mse_loss"] == torch.float32
+
+
+def test_train_mixed_precision_is_the_notebooks_visible_loop(task) -> None:
+    steps, dtype = 40, torch.bfloat16
+    model = digits.make_mlp(hidden=128, depth=2, seed=0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    scaler = torch.amp.GradScaler("cpu", enabled=(dtype == torch.float16))
+    losses = []
+    for x, y in task.batches(steps=steps, batch_size=64, seed=0):
+        with torch.autocast(device_type="cpu", dtype=dtype):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    result = precision.train_mixed_precision(dtype, device="cpu", steps=steps, task=task)
+    assert [log.loss for log in result.history] == losses
+    assert result.test_accuracy == digits.evaluate(model, task).accuracy
+
+
+@pytest.mark.parametrize("capability", [(7, 5), (8, 0), (9, 0)])
+def test_the_notebooks_trainingarguments_rule_is_training_arguments_kwargs(monkeypatch: pytest.MonkeyPatch,
+                                                                           capability) -> None:
+    def notebook_rule(device: torch.device) -> dict[str, bool]:
+        kwargs = {"bf16": True} if hardware.autocast_dtype(device) == torch.bfloat16 else {"fp16": True}
+        if device.type == "cpu":
+            kwargs["use_cpu"] = True
+        return kwargs
+
+    assert notebook_rule(torch.device("cpu")) == precision.training_arguments_kwargs("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert notebook_rule(torch.device("cuda")) == precision.training_arguments_kwargs("cuda")

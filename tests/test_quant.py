@@ -86,6 +86,92 @@ def test_quantize_gives_the_textbook_codes(big: torch.Tensor) -> None:
     assert torch.equal(torch.round(x / s).to(torch.int8), quant.quantize(x, 4).codes)
 
 
+# --------------------------------------------------------------------------------------------
+# The notebook's plain-torch cells give what the helpers give (so the charts and widgets, which use the
+# helpers, show the same numbers as the lines a learner reads)
+# --------------------------------------------------------------------------------------------
+def test_plain_int8_example_is_quantize() -> None:
+    x = torch.tensor([0.5, -1.27, 0.02, 1.0])
+    s = x.abs().max() / 127
+    q = torch.round(x / s)
+    ref = quant.quantize(x, 8)
+    assert torch.equal(q.to(torch.int8), ref.codes) and torch.equal(s.reshape(1), ref.scales)
+    assert torch.equal(q * s, quant.dequantize(ref))
+    assert q.int().tolist() == [50, -127, 2, 100] and round(s.item(), 6) == 0.01
+
+
+def test_plain_zero_point_example_is_asymmetric_quantize() -> None:
+    x = torch.tensor([-0.2, 0.0, 0.3, 1.0, 2.35])  # min < 0 < max: the plain formulas need no clamp
+    s = (x.max() - x.min()) / 255
+    z = torch.round(-x.min() / s)
+    q = torch.round(x / s) + z
+    ref = quant.quantize(x, 8, symmetric=False)
+    assert torch.equal(q.to(torch.uint8), ref.codes) and int(z) == int(ref.zero_points) == 20
+    assert float(s) == pytest.approx(float(ref.scales), rel=1e-6)
+    assert torch.allclose(s * (q - z), quant.dequantize(ref), atol=1e-6, rtol=0)
+    assert quant.mean_abs_error(x, ref) < 1e-6
+    s_sym = x.abs().max() / 127
+    assert torch.equal(torch.round(x / s_sym).to(torch.int8), quant.quantize(x, 8).codes)
+
+
+def test_plain_eight_numbers_are_the_table() -> None:
+    w = torch.tensor(quant.EIGHT_WEIGHTS)
+    s = w.abs().max() / 7
+    q = torch.round(w / s)
+    table = quant.eight_numbers(4)
+    assert tuple(q.int().tolist()) == table.steps == quant.EIGHT_STEPS_4BIT
+    assert tuple((q * s).tolist()) == table.read_back
+    assert [f"{v:+5.2f}" for v in (q * s - w).tolist()] == [
+        "-0.02", "+0.00", "-0.01", "+0.02", "-0.02", "+0.00", "+0.02", "-0.02"]
+    assert (w.nbytes, w.numel() * 4 // 8, s.element_size()) == (32, 4, 4)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_plain_4096_snippet_is_quantize(big: torch.Tensor, bits: int) -> None:
+    w = big
+    s = w.abs().max() / (2 ** (bits - 1) - 1)
+    q = torch.round(w / s)
+    ref = quant.quantize(w, bits)
+    assert torch.equal(q.to(torch.int8), ref.codes)
+    assert torch.equal(q * s, quant.dequantize(ref))
+    assert w.numel() * bits / 8 + quant.SCALE_BYTES == quant.storage_bytes(ref)  # the plain size leaves out 4 bytes
+    assert f"{(w - q * s).abs().mean():.3f}" == f"{quant.mean_abs_error(w, ref):.3f}" == \
+        {8: "0.010", 4: "0.189"}[bits]
+
+
+def test_plain_blocks_of_64_are_quantize(big: torch.Tensor) -> None:
+    w = big[:256]
+    blocks = w.reshape(-1, 64)
+    s = blocks.abs().amax(dim=1, keepdim=True) / 7
+    w_hat = torch.round(blocks / s) * s
+    ref = quant.quantize(w, 4, block_size=64)
+    assert torch.equal(w_hat.reshape(w.shape), quant.dequantize(ref))
+    assert w.numel() * 4 / 8 + s.numel() * 4 == quant.storage_bytes(ref)
+
+
+def test_plain_nf4_cell_is_quantize_nf4(big: torch.Tensor) -> None:
+    w = big[:256]
+    blocks = w.reshape(-1, 64)
+    levels = quant.nf4_levels()
+    absmax = blocks.abs().amax(dim=1, keepdim=True)
+    codes = torch.bucketize(blocks / absmax, (levels[1:] + levels[:-1]) / 2)
+    ref = quant.quantize_nf4(w, 64)
+    assert torch.equal(codes.reshape(w.shape).to(torch.uint8), ref.codes)
+    assert torch.equal((levels[codes] * absmax).reshape(w.shape), quant.dequantize(ref))
+
+
+def test_plain_nf4_recipe_is_nf4_levels() -> None:
+    offset = (1 - 1 / 30 + 1 - 1 / 32) / 2
+    positive = torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1]
+    negative = torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1]
+    z_scores = torch.cat([-torch.special.ndtri(negative), torch.zeros(1, dtype=torch.float64),
+                          torch.special.ndtri(positive)]).sort().values
+    assert offset == quant.NF4_OFFSET
+    assert torch.equal((z_scores / z_scores.max()).float(), quant.nf4_levels())
+    pos, neg = quant.nf4_probabilities()
+    assert torch.equal(pos, positive) and torch.equal(neg, negative)
+
+
 def test_scheme_comparison_blocks_and_zero_points_help(big: torch.Tensor) -> None:
     rows = {(r.scheme, r.bits): r for r in quant.compare_schemes(big[:128])}
     for bits in (4, 8):
@@ -439,6 +525,19 @@ def test_nf4_levels_are_bitsandbytes_create_normal_map() -> None:
     assert torch.equal(distinct, F.get_4bit_type("nf4", device="cpu")[:16].float())  # its hard-coded table
     assert torch.allclose(quant.nf4_levels(), distinct, atol=2e-7, rtol=0)
     assert torch.allclose(quant.nf4_levels(offset=0.9677083), distinct, atol=2e-7, rtol=0)
+
+
+@pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")
+def test_bnb_round_trip_is_the_two_library_calls(big: torch.Tensor) -> None:
+    """bnb_nf4_round_trip reads back exactly what quantize_4bit + dequantize_4bit give, and counts their bytes."""
+    import bitsandbytes.functional as F
+
+    x = big[:512]
+    packed, state = F.quantize_4bit(x, blocksize=64, quant_type="nf4")
+    direct = F.dequantize_4bit(packed, state)
+    helper = quant.bnb_nf4_round_trip(x, 64)
+    assert torch.equal(helper.x_hat, direct)
+    assert helper.size_bytes == packed.numel() + state.absmax.numel() * 4
 
 
 @pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")

@@ -21,6 +21,9 @@ SMALL = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 640, "n
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 16384, "tie_word_embeddings": True,
          "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu"}
 TINY = {**SMALL, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "vocab_size": 1000}
+#: TINY with a larger vocabulary, so the loss path gives a step a dynamic part worth measuring (50 MB at 4 x 128
+#: tokens), yet few enough FLOPs that bfloat16 runs fast on a CPU without native bf16 (SMALL takes 10 s a step).
+TINY_WIDE_VOCAB = {**TINY, "vocab_size": 8192}
 
 
 # ---------------------------------------------------------------- architecture and counts
@@ -51,6 +54,19 @@ def test_smollm2_lora_adapter_and_state_bytes() -> None:
     assert 2.0 < eight.optimizer_bytes / full.trained_params < 2.1  # 8 -> 2 bytes (+ block scales)
 
 
+def test_smollm2_full_bf16_is_2_2_and_4_bytes_per_parameter() -> None:
+    est = estimate_step("smollm2-135m", method="full-bf16", batch=1, seq=128)
+    n_tensors = 1 + 30 * 9 + 1  # embedding, 7 matrices and 2 norms per layer, final norm (the head is tied)
+    assert est.trained_params == 134_515_008
+    assert est.weights_bytes == 2 * 134_515_008 + 2 * 32 * 4  # rotary buffers stay float32
+    assert est.grads_bytes == 2 * 134_515_008
+    assert est.optimizer_bytes == 4 * 134_515_008 + 4 * n_tensors
+    assert "optimizer states (AdamW, 4 bytes per trained number)" in est.format()
+    assert "weights (bfloat16)" in est.format() and "rank" not in est.describe()
+    full, bf16 = (estimate_step("smollm2-135m", method=m, batch=8, seq=128) for m in ("full", "full-bf16"))
+    assert bf16.activations.total < full.activations.total
+
+
 def test_activation_formula_for_smollm2_lora_batch8() -> None:
     """Worked by hand in the notebook: per token and layer 5h + 2h_kv + 3i + 2r + heads + 2 float32 numbers."""
     arch = Architecture.from_config("smollm2-135m")
@@ -69,6 +85,8 @@ CASES = [
     ("full", None, False, ("q_proj", "v_proj")),
     ("full", "bfloat16", False, ("q_proj", "v_proj")),
     ("full", None, True, ("q_proj", "v_proj")),
+    ("full-bf16", None, False, ("q_proj", "v_proj")),
+    ("full-bf16", None, True, ("q_proj", "v_proj")),
     ("lora", None, False, ("q_proj", "v_proj")),
     ("lora", None, False, ("k_proj", "o_proj", "down_proj")),
     ("lora", "bfloat16", False, ("q_proj", "v_proj")),
@@ -104,6 +122,19 @@ def test_peak_estimate_within_15_percent_of_a_fresh_process(method: str, batch: 
     est = estimate_step(SMALL, method=method, batch=batch, seq=128)
     assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 15
     # the part that changes during the step is predicted much closer than that
+    dynamic_est = est.peak_bytes - est.fixed_bytes
+    dynamic_meas = m.peak_bytes - m.start_bytes
+    assert abs(dynamic_est - dynamic_meas) <= 0.05 * dynamic_meas + 5e6
+
+
+def test_full_bf16_peak_within_15_percent_of_a_fresh_process() -> None:
+    """Pure bfloat16 full tuning against a measured CPU step; its dynamic part (activations, loss buffers) closely."""
+    m = measure.measure_training_step(TINY_WIDE_VOCAB, method="full-bf16", batch=4, seq=128, timeout_s=240)
+    est = estimate_step(TINY_WIDE_VOCAB, method="full-bf16", batch=4, seq=128)
+    assert m.extra["base_dtype"] == "bfloat16" and m.trained_params == m.total_params == est.trained_params
+    assert (est.weights_bytes, est.grads_bytes, est.optimizer_bytes) == (m.weights_bytes, m.grads_bytes,
+                                                                          m.optimizer_bytes)
+    assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 15
     dynamic_est = est.peak_bytes - est.fixed_bytes
     dynamic_meas = m.peak_bytes - m.start_bytes
     assert abs(dynamic_est - dynamic_meas) <= 0.05 * dynamic_meas + 5e6

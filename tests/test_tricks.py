@@ -183,7 +183,7 @@ def test_warmup_count_from_max_steps(tmp_path) -> None:
         assert kwargs["warmup_steps"] == count and "warmup_ratio" not in kwargs
     kwargs, changes = tricks.training_arguments_plan(tmp_path, device="cpu", bitsandbytes=False, cpu_bf16=False,
                                                     fields={"warmup_steps"})
-    assert kwargs["optim"] == "adamw_torch" and kwargs["bf16"] is False and len(changes) == 4
+    assert kwargs["optim"] == "adamw_torch" and kwargs["bf16"] is False and len(changes) == 5
 
 
 def test_trainer_runs_a_few_steps(tmp_path) -> None:
@@ -227,3 +227,192 @@ def test_compile_on_a_cpu_is_skipped_unless_asked(monkeypatch) -> None:
     (row,) = tricks.measure_tricks("smollm2-135m", {"method": "full", "batch": 4, "seq": 64}, ["compile"], device="cpu")
     assert calls == [] and row.skipped.startswith("skipped on a CPU") and "compile_on_cpu=True" in row.skipped
     assert row.estimate_bytes is not None  # the estimate is still there
+
+
+# --------------------------------------------------------------------------------------------
+# On a GPU (simulated): in-process measuring, errors as rows, GPU wording, times, the Trainer's trackers
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("profile", ["T4", "H100"])
+def test_a_failing_case_on_a_gpu_becomes_a_skipped_row(monkeypatch: pytest.MonkeyPatch, profile: str) -> None:
+    """On CUDA the steps run in this process: an out-of-memory error in one case must not stop the others."""
+    import torch
+    from gpu_sim import simulate
+
+    from course_utils import measure
+
+    simulate(monkeypatch, profile)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    done = []
+
+    def run_step(spec):
+        if spec.get("checkpointing"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        done.append(spec)
+        return {"peak_bytes": 10**9, "baseline_bytes": 0, "weights_bytes": 1, "grads_bytes": 1,
+                "optimizer_bytes": 1, "saved_activations_bytes": 1, "step_seconds": 0.004, "device": "cuda:0",
+                "what": "CUDA", "trained_params": 1}
+
+    monkeypatch.setattr(measure, "run_step", run_step)
+    rows = tricks.measure_tricks(TINY, {"method": "full", "batch": 4, "seq": 32},
+                                 ["baseline", "checkpointing", "accumulation"], device="cuda")
+    assert [r.skipped is None for r in rows] == [True, False, True] and len(done) == 2
+    assert rows[1].skipped.startswith("skipped: the step failed") and "out of memory" in rows[1].skipped
+    table = tricks.results_table(rows)
+    assert table[0]["step time"] == "4.0 ms" and table[1]["step time"] is None  # a GPU step is never "0.0 s"
+
+
+def test_cuda_peaks_count_above_what_was_allocated_before() -> None:
+    """The notebook's own CUDA tensors are not the step's: the peak is counted above them."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from course_utils import measure
+    from course_utils.peak import WorkPeak
+
+    step = SimpleNamespace(dev=torch.device("cuda", 0), model=torch.nn.Linear(2, 2), counts={}, trained=[],
+                           optimizer=torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1),
+                           precision=measure.Precision("float32", None, False))
+    peak = WorkPeak(bytes=3_000, start_bytes=2_500, what="CUDA: peak", device="cuda:0")
+    spec = {"method": "full", "batch": 1, "seq": 8, "lora_rank": 8, "targets": ("q_proj",), "optimizer": "adamw",
+            "steps": 1, "accumulation": 1}
+    out = measure._result(spec, step, peak, baseline=2_000, first=0.1, per_step=0.01, losses=[1.0],
+                          import_start_rss=0)
+    assert out["peak_bytes"] == 1_000 and out["start_bytes"] == 500 and out["baseline_bytes"] == 0
+    assert out["extra"]["allocated_before_bytes"] == 2_000 and "above the 2,000 bytes" in out["what"]
+    cpu = measure._result(spec, SimpleNamespace(**{**vars(step), "dev": torch.device("cpu")}), peak,
+                          baseline=2_000, first=0.1, per_step=0.01, losses=[1.0], import_start_rss=0)
+    assert cpu["peak_bytes"] == 3_000 and cpu["baseline_bytes"] == 2_000  # a CPU child's baseline is its own
+
+
+def test_gpu_rows_get_gpu_explanations() -> None:
+    from types import SimpleNamespace
+
+    def rows(device: str):
+        base = _row("baseline", 3.0, 10.0, saved_activations_bytes=int(0.6e9), optimizer_bytes=8_000,
+                    trained_params=1000, device=device)
+        eight = _row("adamw8bit", 2.9, 10.0, optimizer_bytes=2_100, trained_params=1000, device=device,
+                     measurement=SimpleNamespace(device=device))
+        ck = _row("checkpointing", 2.6, 13.0, device=device)
+        comp = _row("compile", 3.0, 9.8, compile_seconds=40.0, device=device)
+        return base, eight, ck, comp
+
+    base, eight, ck, comp = rows("cuda:0")
+    assert "On a CPU" not in verdict(eight, base) and "in place" in verdict(eight, base)
+    assert "process baseline" not in verdict(ck, base)
+    assert "on a CPU" not in verdict(comp, base) and "GPU" in verdict(comp, base)
+    base, eight, ck, comp = rows("cpu")
+    assert "On a CPU bitsandbytes unpacks" in verdict(eight, base) and "process baseline" in verdict(ck, base)
+    assert "on a CPU most of a step's time" in verdict(comp, base)
+
+
+@pytest.mark.parametrize("profile", ["T4", "L4", "A100", "H100", "CPU"])
+def test_no_tracker_on_any_device(monkeypatch: pytest.MonkeyPatch, tmp_path, profile: str) -> None:
+    """transformers 4 reports to every tracker it finds by default; Colab ships wandb (a login prompt)."""
+    from gpu_sim import simulate
+
+    simulate(monkeypatch, profile)
+    kwargs, changes = tricks.training_arguments_plan(tmp_path, max_steps=2)
+    assert kwargs["report_to"] == "none" and any(c.startswith("report_to='none'") for c in changes)
+
+
+def test_compile_gets_minutes_on_a_gpu() -> None:
+    import inspect
+
+    limit = inspect.signature(tricks.measure_tricks).parameters["compile_timeout_s"].default
+    assert limit == tricks.COMPILE_TIMEOUT_S >= 300  # imports, CUDA start and Inductor on 2 vCPUs
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 05's compact table, the CPU's 16-bit check, and what a step keeps for backward
+# --------------------------------------------------------------------------------------------
+def test_results_text_is_one_compact_table() -> None:
+    base = _row("baseline", 1.0, 2.5, estimate_bytes=int(1.0e9))
+    ck = _row("checkpointing", 0.84, 3.1, estimate_bytes=int(0.83e9))
+    slow = TrickResult("bf16", tricks.TRICKS["bf16"].label, "", estimate_bytes=int(0.98e9),
+                       skipped="skipped on this CPU: it has no bfloat16 instructions")
+    comp = TrickResult("compile", "torch.compile", "", skipped="skipped on a CPU: compiling takes minutes here")
+    late = TrickResult("adamw8bit", tricks.TRICKS["adamw8bit"].label, "",
+                       skipped="skipped: did not finish within its 5 s budget on this machine")
+    lines = tricks.results_text([base, ck, slow, comp, late]).splitlines()
+    assert lines[0].split() == ["trick", "estimate", "GB", "peak", "GB", "step", "time", "vs", "baseline"]
+    assert lines[1].endswith("reference") and "2.5 s" in lines[1]
+    assert lines[2].endswith("peak -16 %, time +24 %") and "0.83" in lines[2] and "0.84" in lines[2]
+    assert lines[3].endswith("skipped: no fast bfloat16 on this CPU") and "0.98" in lines[3]
+    assert lines[4].endswith("skipped on a CPU: compiling takes minutes")
+    assert lines[5].endswith("skipped: ran out of time")
+    width = max(len(r) for r in (base.label, ck.label, slow.label, comp.label, late.label))
+    assert all(line[width:width + 2] == "  " for line in lines) and lines[0].index("estimate") == width + 2
+    assert tricks.results_table([base, ck])[1]["vs baseline"] == "peak -16 %, time +24 %"
+    assert tricks.short_verdict(ck, None) == "no baseline to compare with"
+
+
+@pytest.mark.parametrize("cpuinfo, fast", [
+    ("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16\n", True),  # Intel, AMX
+    ("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n", False),  # AVX-512 without BF16
+    ("processor\t: 0\nflags\t\t: fpu sse avx2 fma\n", False),  # a plain AVX2 laptop
+    ("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n", True),  # ARMv8.6 with BF16
+])
+def test_cpu_bf16_fast_reads_the_flags(cpuinfo: str, fast: bool) -> None:
+    flags = tricks.cpu_flags(cpuinfo)
+    assert flags is not None and tricks.cpu_bf16_fast(flags) is fast
+    assert tricks.cpu_flags("no flags here\n") is None and tricks.cpu_bf16_fast(frozenset()) is False
+
+
+def test_bf16_is_skipped_on_a_cpu_without_bf16_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from course_utils import measure
+
+    seen = []
+    monkeypatch.setattr(tricks, "cpu_bf16_fast", lambda flags=None: False)
+    monkeypatch.setattr(measure, "measure_training_steps", lambda config, cases, **kw: seen.append(cases) or [
+        TimeoutError() for _ in cases])
+    base = {"method": "full", "batch": 4, "seq": 16}
+    rows = tricks.measure_tricks(TINY, base, ["baseline", "bf16"], device="cpu", skip_slow_bf16=True)
+    assert len(seen[0]) == 1 and "autocast" not in seen[0][0]  # only the baseline was run
+    assert rows[1].skipped.startswith("skipped on this CPU") and "skip_slow_bf16=False" in rows[1].skipped
+    assert rows[1].estimate_bytes is not None
+    seen.clear()
+    tricks.measure_tricks(TINY, base, ["baseline", "bf16"], device="cpu")  # the default measures it anyway
+    assert len(seen[0]) == 2
+    monkeypatch.setattr(tricks, "cpu_bf16_fast", lambda flags=None: None)  # flags unknown (macOS): measure it
+    seen.clear()
+    tricks.measure_tricks(TINY, base, ["baseline", "bf16"], device="cpu", skip_slow_bf16=True)
+    assert len(seen[0]) == 2
+
+
+def test_training_arguments_switch_bf16_off_on_a_cpu_without_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(tricks, "cpu_bf16_fast", lambda flags=None: False)
+    assert tricks._cpu_supports_bf16() is False
+    kwargs, changes = tricks.training_arguments_plan(tmp_path, device="cpu", cpu_bf16=False,
+                                                    fields={"warmup_steps"})
+    assert kwargs["bf16"] is False and any("no bfloat16 instructions" in c for c in changes)
+
+
+def test_saved_for_backward_counts_what_autograd_keeps() -> None:
+    import torch
+
+    w = torch.randn(100, requires_grad=True)
+    x = torch.randn(100)
+    # x * w keeps x (for w's gradient); sigmoid keeps its output: 2 x 400 bytes
+    out, kept = tricks.saved_for_backward(lambda: torch.sigmoid(x * w).sum(), [w])
+    assert kept == 800 and out.requires_grad
+    _, without_x = tricks.saved_for_backward(lambda: torch.sigmoid(x * w).sum(), [x])  # excluded storages
+    assert without_x == 400
+    with torch.no_grad():
+        assert tricks.saved_for_backward(lambda: torch.sigmoid(x * w).sum(), [w])[1] == 0
+    # a tensor saved twice (h by mul and by sigmoid's input path) counts once
+    h = torch.randn(100, requires_grad=True)
+    _, once = tricks.saved_for_backward(lambda: (h * torch.sigmoid(h)).sum(), [])
+    assert once == 800  # h and sigmoid(h), 400 bytes each
+
+
+def test_bottleneck_text_is_short() -> None:
+    text = what_is_my_bottleneck("smollm2-135m", "full", 16, 8.0, seq=512).text()
+    lines = text.splitlines()
+    assert len(lines) == 5 and len(text.split()) < 100  # it was 130 words
+    assert lines[0].endswith("it does not fit (9.46 GB over)") and "(GPU allocator counter)" in lines[0]
+    assert lines[1].startswith("biggest at the peak (start of backward): activations saved for backward 12.63 GB")
+    assert "gradient checkpointing" in lines[3] and "7.07 GB" in lines[3] and "(one extra forward" in lines[3]
+    kwame = what_is_my_bottleneck("qwen2.5-1.5b-instruct", "full", 8, 24.0, seq=512).text()
+    assert "(one extra forward of every layer; about the same time on a GPU)" in kwame
+    assert "(" not in kwame.splitlines()[-1].split("(", 1)[1]  # no unclosed explanation left in a cost

@@ -22,7 +22,7 @@ MODEL_CHOICES: tuple[str, ...] = (*PRESET_CONFIGS, *ROUND_SIZES, CUSTOM)
 #: Bounds of the controls (and of :func:`plan`'s arguments).
 MAX_BILLIONS = 1000.0
 MAX_RANK = 1024
-MAX_BUDGET_GB = 10_000.0
+MAX_BUDGET_GB = mem.MAX_BUDGET_GB
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,15 @@ class Plan:
 def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: float) -> Plan:
     """Estimate ``method`` on ``model`` at ``lora_rank`` against ``budget_gb`` GB.
 
-    ``model`` is one of :data:`MODEL_CHOICES`; ``billions`` is used only for :data:`CUSTOM`. Configs give exact
-    counts (LoRA on q_proj and v_proj); round sizes and custom sizes assume the lesson's 0.34 % adapter share.
+    ``model`` is one of :data:`MODEL_CHOICES`; ``billions`` is used only for :data:`CUSTOM`; ``method`` one of
+    :data:`course_utils.memory.ALL_METHODS`. Configs give exact counts (LoRA on q_proj and v_proj); round sizes and
+    custom sizes assume the lesson's 0.34 % adapter share.
     """
     checks.choice(model, "model", MODEL_CHOICES)
-    checks.choice(method, "method", mem.METHODS)
+    checks.choice(method, "method", mem.ALL_METHODS)
     checks.integer(lora_rank, "lora_rank", 1, MAX_RANK)
     checks.positive(billions, "billions", MAX_BILLIONS)
-    checks.positive(budget_gb, "budget_gb", MAX_BUDGET_GB)
+    mem.check_budget(budget_gb)
 
     if model in PRESET_CONFIGS:
         size = mem.model_from_config(PRESET_CONFIGS[model], lora_rank, name=model.replace(" (config)", ""))
@@ -58,7 +59,7 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
     usable = mem.usable_gb(budget_gb)
     ok = est.fits(budget_gb)
     pg = est.parts_gb()
-    if mem.METHODS[method].trains_all:
+    if mem.ALL_METHODS[method].trains_all:
         trained = f"trains all {est.params:,} parameters"
     else:
         how = "assumed: 0.34% of the model x rank/8" if est.adapter_assumed else "counted from the config"
@@ -69,6 +70,11 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
             f"Budget {budget_gb:g} GB, usable 70% = {usable:g} GB: {'FITS' if ok else 'does NOT fit'} "
             f"(the estimate is {100 * est.gb / usable:.0f}% of the usable part).")
     return Plan(est, float(budget_gb), ok, text)
+
+
+def method_options() -> list[tuple[str, str]]:
+    """The planners' method menu, (label, key): the table's four, then the extras such as full fine-tuning in bf16."""
+    return [(m.label, k) for k, m in mem.ALL_METHODS.items()]
 
 
 def _gb(value: float) -> str:
@@ -100,7 +106,7 @@ def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_ra
         "model": w.Dropdown(options=list(MODEL_CHOICES), value=model, description="model", style=style),
         "billions": w.FloatLogSlider(value=billions, base=10, min=-1, max=3, step=0.05,
                                      description="custom size (B)", style=style, continuous_update=False),
-        "method": w.Dropdown(options=[(m.label, k) for k, m in mem.METHODS.items()], value=method,
+        "method": w.Dropdown(options=method_options(), value=method,
                              description="method", style=style),
         "lora_rank": w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128], value=lora_rank, description="LoRA rank",
                                 style=style),
@@ -119,7 +125,8 @@ def budget_planner(model: str = "a 7B model", method: str = "lora-bf16", lora_ra
 # --------------------------------------------------------------------------------------------
 # The whole-step planner: the step estimate (activations included) against GPU budgets
 # --------------------------------------------------------------------------------------------
-#: The GPUs the step planner budgets against by default (names from the datasheet table).
+#: The GPUs the step planner budgets against by default (names from the datasheet table; each budgeted at what a
+#: process can use there, :func:`course_utils.memory.gpu_budget`: a T4 at 15.33 GB).
 STEP_GPUS = ("T4", "L4", "A100-40GB", "H100")
 
 
@@ -136,16 +143,17 @@ def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8
               checkpointing: bool = False, optimizer: str = "adamw", gpus: tuple[str, ...] = STEP_GPUS) -> StepPlan:
     """Estimate one training step on a GPU (allocator counter) and say which of ``gpus`` it fits.
 
-    ``config`` is a shipped preset, a ``config.json`` path or a dict; every other argument is checked by
-    :func:`course_utils.step_memory.estimate_step`. The text lists the five parts and one line per GPU.
+    ``config`` is a shipped preset, a ``config.json`` path or a dict; ``method`` one of
+    :data:`course_utils.memory.ALL_METHODS` (``full-bf16`` included); every other argument is checked by
+    :func:`course_utils.step_memory.estimate_step`. The text lists the five parts and one line per GPU, whose
+    budget is what a process can use there (no 70 % rule: this estimate includes the activations).
     """
-    from course_utils.datasheets import lookup
     from course_utils.step_memory import estimate_step
 
     checks.flag(checkpointing, "checkpointing")
     est = estimate_step(config, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
                         optimizer=optimizer, device="cuda")
-    budgets = tuple(mem.Budget(f"{g} {lookup(g).memory_gb:g} GB", lookup(g).memory_gb) for g in gpus)
+    budgets = tuple(mem.gpu_budget(g) for g in gpus)
     parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in est.categories().items())
     lines = [f"{est.describe()}: predicted peak {est.peak_gb:.2f} GB on a GPU ({parts} GB).",
              f"Peak moment: {est.peak_moment}."]
@@ -178,7 +186,7 @@ def step_planner(config: str = "qwen2.5-1.5b-instruct", method: str = "lora", ba
     style = {"description_width": "initial"}
     controls = {
         "config": w.Dropdown(options=list(config_presets()), value=config, description="model", style=style),
-        "method": w.Dropdown(options=[(m.label, k) for k, m in mem.METHODS.items()], value=method,
+        "method": w.Dropdown(options=method_options(), value=method,
                              description="method", style=style),
         "batch": w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64], value=batch, description="batch", style=style),
         "seq": w.Dropdown(options=[128, 256, 512, 1024, 2048, 4096], value=seq, description="tokens", style=style),

@@ -1,112 +1,90 @@
 # %% [markdown]
 # # Quantization: keep fewer digits
 #
-# Your GPU's memory is a backpack, and the model's weights are the heaviest books in it. Quantization swaps
-# hardcovers for paperbacks: every weight is stored with fewer bits, at a small cost in accuracy.
+# Your GPU's memory is a backpack; the model's weights are its heaviest books. Quantization swaps hardcovers
+# for paperbacks: each weight gets fewer bits, at a small cost in accuracy.
 #
-# **What you will be able to do**
-# - explain scale, zero-point, read-back and quantization error, and quantize numbers by hand;
-# - compute what a quantized tensor really takes, including its scales and zero-points;
-# - measure what float32 → 16-bit → 8 → 4 → 3 → 2 bits does to a real trained network;
-# - choose between one scale per tensor, one scale per block of 64, a zero-point, and NF4.
+# **You will be able to** quantize numbers by hand, count the bytes a quantized tensor (array) takes,
+# measure what 8, 4, 3 and 2 bits do to a trained network, and choose how many weights share a scale.
 #
-# Everything here runs on a laptop CPU; no GPU needed.
+# It all runs on a laptop CPU: sizes and errors are arithmetic, the same on a GPU.
 
 # %% [setup]
 
 # %% [markdown]
 # ## Why quantize?
 #
-# A model's weights are numbers, and numbers take bytes. In float32 each weight takes 4 bytes (32 bits).
-# Writing π as 3.14 instead of 3.14159265 keeps what matters and drops the rest; quantization does the same
-# with weights: fewer bits per number, a little less precision. Here is what a 7-billion-parameter model's
-# weights take at each width:
+# A smaller model needs less memory and answers faster. We write π as 3.14, not 3.14159265; quantization
+# keeps fewer digits of each weight too. In float32, the default format, a weight takes 32 bits (4 bytes);
+# bfloat16 is a 16-bit float, int8 and int4 are 8- and 4-bit integers. A model with 7 billion weights (7B):
 
 # %%
 params = 7_000_000_000
 for name, bits in [("float32", 32), ("bfloat16", 16), ("int8", 8), ("int4", 4)]:
-    print(f"{name:<9} {bits:>2} bits per weight: {params * bits / 8 / 1e9:5.1f} GB")
+    print(f"{name:<9} {bits:>2} bits: {params * bits / 8 / 1e9:5.1f} GB")
 
 # %% [markdown]
-# From 28 GB to 3.5 GB: a model that needed a data-centre GPU now fits on a laptop GPU. Smaller weights also
-# make text generation faster, because each new token has to read every weight from memory once.
+# From 28 GB (a data-centre GPU) to 3.5 GB (a laptop GPU).
 #
 # ## How it works
 #
-# Pick a small set of **evenly spaced levels** and snap every number to the nearest one.
+# Snap every number to the nearest of a few evenly spaced **levels**. The **scale** $s$ is the gap between
+# levels; the **zero-point** $z$ shifts them when the numbers are not centred on zero.
 #
-# - The **scale** $s$ is the gap between two levels.
-# - The **zero-point** $z$ shifts the levels when the numbers are not centred on zero.
-# - Quantize: $q = \mathrm{round}(x / s) + z$, a small integer that is what we store.
-# - Read back (dequantize): $\hat{x} = s \cdot (q - z)$. The gap $\hat{x} - x$ is the **quantization error**.
-
-# %% [markdown]
-# With $b$ bits and no zero-point (**symmetric**), the levels are $-(2^{b-1}-1) \dots 2^{b-1}-1$: −127…127 for
-# int8, −7…7 for int4. The scale is $s = \max|x| / q_{max}$, so the number furthest from zero lands exactly
-# on the outermost level. Every other number lands at most half a step, $s/2$, from where it started.
+# - Quantize: store the small integer $q = \mathrm{round}(x / s) + z$.
+# - Read back (dequantize): $\hat{x} = s\,(q - z)$. The gap $\hat{x} - x$ is the **quantization error**.
 #
-# `course_utils.quant.quantize` does exactly this. Four numbers, 8 bits: the largest is 1.27, so
-# $s = 1.27 / 127 = 0.01$.
+# For int8 (8-bit integers) with $z = 0$, $s = \max|x| / 127$: the largest $|x|$ lands exactly on ±127, and
+# no number moves more than half a step.
 
 # %%
 import torch
-from course_utils import quant
 
 x = torch.tensor([0.5, -1.27, 0.02, 1.0])
-q = quant.quantize(x, bits=8)
-print("scale s:   ", round(q.scales.item(), 6))
-print("stored q:  ", q.codes.tolist())
-print("read back: ", [round(v, 6) for v in quant.dequantize(q).tolist()])
+s = x.abs().max() / 127  # 1.27 / 127 = 0.01
+q = torch.round(x / s)   # the integers we store
+print("scale", round(s.item(), 6), "| stored", q.int().tolist(), "| read back", [round(v, 6) for v in (q * s).tolist()])
 
 # %% [markdown]
-# Every number here is a whole multiple of 0.01, so nothing is lost. Real weights are not that tidy.
-#
-# **When does the zero-point help?** When the numbers are lopsided, like values from −0.2 to 2.35. Symmetric
-# levels span −2.35…2.35, and those below −0.2 are never used. With a zero-point (**asymmetric**), the 256 levels 0…255 span exactly −0.2…2.35:
-# $s = 2.55 / 255 = 0.01$ and $z = 20$, so the stored integer 20 means 0.
+# Multiples of 0.01 come back exactly. **A zero-point** helps lopsided numbers, say −0.2 to 2.35: levels
+# centred on zero (**symmetric**) span −2.35…2.35 and waste all below −0.2; with $z$, levels 0…255 span
+# exactly −0.2…2.35.
 
 # %%
 x = torch.tensor([-0.2, 0.0, 0.3, 1.0, 2.35])
-for symmetric in (True, False):
-    q = quant.quantize(x, bits=8, symmetric=symmetric)
-    zero_point = None if q.zero_points is None else q.zero_points.item()
-    print(f"symmetric={symmetric!s:<5}  s={q.scales.item():.5f}  z={zero_point}  q={q.codes.tolist()}"
-          f"  average error {quant.mean_abs_error(x, q):.5f}")
+s_sym = x.abs().max() / 127    # symmetric: levels -127..127
+q_sym = torch.round(x / s_sym)
+s = (x.max() - x.min()) / 255  # with a zero-point: levels 0..255
+z = torch.round(-x.min() / s)  # the stored integer that means 0
+q = torch.round(x / s) + z
+print(f"symmetric:       s={s_sym:.5f}        q={q_sym.int().tolist()}  "
+      f"average error {(q_sym * s_sym - x).abs().mean():.5f}")
+print(f"with zero-point: s={s:.5f}  z={z:.0f}  q={q.int().tolist()}  average error {(s * (q - z) - x).abs().mean():.5f}")
 
 # %% [markdown]
-# The asymmetric version reads every value back exactly; the symmetric one is off by about 0.002 on average,
-# because its step is nearly twice as big. The price of a zero-point is one more small integer to store per
-# scale.
+# The symmetric step is nearly twice as big. A zero-point costs one more small integer per scale.
 #
 # ## Quantize eight numbers
 #
-# Now by hand, with 4 bits. Take 8 made-up weights. The one furthest from zero is −0.35. Four bits have 16
-# possible values; like the symmetric scheme above, this example uses the whole steps from −7 to 7. So one
-# step is 0.35 ÷ 7 = 0.05, and each weight becomes its nearest step.
+# Eight made-up weights in 4 bits. Four bits allow 16 values; like int8 above, we use the symmetric steps
+# −7…7. The weight furthest from zero is −0.35, so one step is 0.35 ÷ 7 = 0.05.
 #
-# **Predict before you run**: which weights will be read back exactly? How far can any weight move?
+# **Predict before you run**: which weights come back exactly? How far can any weight move?
 
 # %%
-table = quant.eight_numbers(bits=4)
-print(quant.format_eight_numbers(table))
-print(f"\nstep {table.step:.2f}, half a step {table.step / 2:.3f}, "
-      f"largest error {max(abs(e) for e in table.errors):.2f}")
+w = torch.tensor([0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18, 0.07])  # float32
+s = w.abs().max() / 7  # one step: 0.05
+q = torch.round(w / s)  # stored steps, -7..7
+w_hat = q * s           # read back
+print("weight     ", " ".join(f"{v:5.2f}" for v in w.tolist()))
+print("stored step", " ".join(f"{v:5d}" for v in q.int().tolist()))
+print("read back  ", " ".join(f"{v:5.2f}" for v in w_hat.tolist()))
+print("error      ", " ".join(f"{v:+5.2f}" for v in (w_hat - w).tolist()))
+print(f"float32: {w.nbytes} bytes | 4-bit: {w.numel() * 4 // 8} bytes of steps + {s.element_size()} for the step")
 
 # %% [markdown]
-# Two weights, −0.05 and −0.35, were already multiples of the step and come back exactly. Every other weight
-# moves by 0.01 or 0.02, never more than half a step (0.025). What did we save? The 8 weights took 32 bytes in
-# float32. In 4 bits the steps take 4 bytes, **plus 4 bytes for the step size**, which we need to read them
-# back:
-
-# %%
-q = quant.quantize(torch.tensor(quant.EIGHT_WEIGHTS), bits=4)
-parts = quant.storage(q)
-print(f"float32: 8 x 4 bytes = {8 * 4} bytes")
-print(f"4-bit:   {parts.codes} bytes of steps + {parts.scales} bytes for the step size = {parts.total} bytes")
-
-# %% [markdown]
-# With only 8 weights, the scale costs as much as the weights. That is why real formats share one scale
-# among many weights, but not too many (more on that below). The chart shows each weight moving to its level:
+# −0.05 and −0.35 come back exactly; no weight moves more than half a step. 32 bytes became 4, plus 4 for
+# the step size. Real 4-bit formats share a step among 64 weights, and use better steps.
 
 # %%
 from course_utils.plots.quant import plot_eight_numbers
@@ -117,27 +95,21 @@ _ = plot_eight_numbers(bits=4)
 # **Text description of the chart.** Two rows of 8 dots on an axis from −0.4 to 0.4. The float32 row has the
 # original weights: −0.35, −0.22, −0.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded
 # values: −0.35, −0.20, −0.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and
-# each dot is at most 0.02 from its original. Faint vertical lines mark the levels; a grey segment joins each
-# weight to its read-back.
+# each dot is at most 0.02 from its original.
 
 # %% [markdown]
-# **Try it live**: move the slider from 2 to 8 bits. At 2 bits only three levels are left (−0.35, 0, 0.35)
-# and most weights collapse onto them; at 8 bits the dots barely move. The text under the table describes the
-# chart for each setting.
+# **Try it live**: move the slider. At 2 bits three levels are left; at 8 the dots barely move.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
 from course_utils.widgets.quant import eight_numbers_widget
 
 eight_numbers_widget()
 
 # %% [markdown]
-# ### Your turn: int8 by hand
+# ### Run it yourself: int8 by hand
 #
-# Write `quantize_int8(x)` in plain torch: symmetric int8 with one scale for the whole tensor, as above
-# ($s = \max|x| / 127$, $q = \mathrm{round}(x / s)$). Return the codes (a tensor of the shape of `x`) and the
-# scale. The check compares your function with `quant.quantize(x, 8)` on four tensors, one of them with its
-# largest value on the negative side.
+# Write `quantize_int8(x)`: symmetric int8 with one scale, returning the codes and the scale. The check
+# tries four tensors, one whose extreme is negative.
 
 # %%
 from course_utils.exercises.quantization import check_int4_block_bytes, check_quantize_int8
@@ -168,31 +140,27 @@ check_quantize_int8(quantize_int8)
 # ## Benefits and trade-offs
 #
 # **Benefits**
-# - 4-bit weights need about a quarter of the memory of 16-bit ones, plus a little for the scales.
-# - Faster text generation: each new token reads every weight from memory, and fewer bytes means less waiting
-#   (a later module measures this).
+# - 4-bit weights take about a quarter of the memory of 16-bit ones.
+# - Faster text generation: each new token reads every weight from memory, and fewer bytes read faster.
 # - Bigger models fit on smaller, cheaper GPUs.
 
 # %% [markdown]
 # **Trade-offs**
-# - Some quality loss: 8 bits are close to lossless, 4 bits lose a little, 3 and 2 bits lose a lot (measured
-#   in the next section).
-# - Small models suffer more than big ones: they have fewer redundant weights to absorb the rounding.
-# - Not always faster: weights are turned back into 16-bit numbers before the maths, and that costs time.
-# - You cannot train quantized weights directly: a gradient step is far smaller than a 4-bit level. QLoRA
-#   freezes a 4-bit model and trains small 16-bit adapters next to it (see the next notebook).
+# - Some quality loss: 8 bits are close to lossless, 4 bits lose a little, 3 and 2 bits a lot.
+# - Small models suffer more than big ones.
+# - Not always faster: weights turn back into 16 bits for the maths, so it depends on the GPU, the software
+#   and the batch size. This notebook times nothing.
+# - You cannot train quantized weights: a small update rounds away. QLoRA freezes a 4-bit model and trains
+#   small 16-bit adapters (next notebook).
 #
 # ## Same model, four formats
 #
-# Claims are cheap; let's measure. We train a small network (64 pixels → 64 hidden units → 10 digits) on
-# scikit-learn's handwritten digits (they ship inside the package). Then we store its weights in float32,
-# 16-bit, int8, int4, int3 and int2, and measure accuracy on 450 test images the network never saw, and the
-# test loss (cross-entropy), which moves even when accuracy does not.
+# A small network (64 pixels → 64 hidden units → 10 digits) learns scikit-learn's handwritten digits. We
+# store its weights in each format (int ones symmetric, one scale per matrix) and score 450 unseen images:
+# accuracy, and test loss (cross-entropy: how unsure it is of the right digit).
 
 # %% [markdown] slide="notes"
-# The int formats use `quant.quantize` exactly as above: symmetric, **one scale per weight matrix**. The
-# model then computes in float32 with the read-back weights ("fake quantization"): it shows the quality a
-# format gives, not its speed. Biases stay in float32, as in real schemes.
+# The network computes in float32 with the read-back weights: quality, not speed. Biases stay in float32.
 
 # %%
 from course_utils.digits import (evaluate, format_quality_table, linear_weight_count, load_digits_data,
@@ -208,20 +176,15 @@ print(f"{len(data.y_train)} training images, {len(data.y_test)} test images, "
 print(f"float32 model: test accuracy {100 * base.accuracy:.1f}%, test loss {base.loss:.3f}")
 
 # %% [markdown]
-# **Predict before you run**: how many accuracy points will int8 lose? int4? int2, with only three levels
-# (−1, 0, 1) per matrix?
+# **Predict before you run**: how many accuracy points will int8 lose? int4? int2, with three levels per matrix?
 
 # %%
 per_tensor = quality_by_format(model, data)
 print(format_quality_table(per_tensor))
 
 # %% [markdown]
-# 16-bit and int8 are lossless in practice (int8 misses one more test image). int4 loses 0.4 points, and the
-# loss rises from 0.086 to 0.090. int3 loses a lot (93.1%, the loss more than doubles), and int2 wrecks the
-# model (32.9%). "Weight bytes" counts the two weight matrices, with their scales.
-#
-# One scale per matrix is the crudest choice. What if each output row of a matrix gets its own scale (64 and
-# 10 scales here instead of 1)?
+# Down to int4 almost nothing is lost; int3 loses a lot, int2 everything. Weight bytes include the scales.
+# Now one scale per output row (64 and 10 scales instead of 1):
 
 # %%
 per_row = quality_by_format(model, data, block_size="row")
@@ -233,73 +196,80 @@ from course_utils.plots.quant import plot_quality_vs_bits
 _ = plot_quality_vs_bits({"one scale per tensor": per_tensor, "one scale per row": per_row})
 
 # %% [markdown] slide="notes"
-# **Text description of the chart.** Two line charts with the weight formats float32, bfloat16, float16, int8,
-# int4, int3 and int2 on the horizontal axis, and one line for each way of choosing scales. Left, test
+# **Text description of the chart.** Two line charts, formats float32, bfloat16, float16, int8, int4, int3
+# and int2 on the horizontal axis, one line for each way of choosing scales. Left, test
 # accuracy: with one scale per tensor 98.0%, 98.0%, 98.0%, 97.8%, 97.6%, 93.1% and 32.9%; with one scale per
 # row 98.0%, 98.0%, 98.0%, 98.0%, 97.6%, 96.7% and 56.0%. Right, test loss on a log scale: per tensor 0.086,
 # 0.087, 0.086, 0.087, 0.090, 0.190 and 2.331; per row 0.086, 0.087, 0.086, 0.086, 0.090, 0.122 and 1.310.
-# Both lines stay flat down to int4, then fall; the per-row line falls less at int3 and int2.
+# Both lines stay flat to int4, then fall; per row falls less.
 
 # %% [markdown]
-# Finer scales rescue much of int3 (96.7% instead of 93.1%) for a few hundred bytes of scales, and int2 still
-# fails either way. That is the idea behind real 4-bit formats, next. These are the numbers of one small
-# model and one training seed; the optional part at the end tries other seeds.
+# Finer scales rescue int3 for a few hundred bytes; int2 fails either way.
 #
-# ### Try it: any format, any scales
-#
-# `format_view` puts one setting next to float32: here int4 with one scale per row (the table's int4 row).
+# **Try it live**: int3 with one scale per tensor, per row, then per 16 weights.
 
-# %%
-from course_utils.widgets.quant import format_view, format_widget
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
+from course_utils.widgets.quant import format_widget
 
-text, _ = format_view("int4", "row", model, data)
-print(text)
-
-# %% [markdown]
-# **Try it live**: pick a format and, for the int formats, how many weights share a scale. Try int3 with one
-# scale per tensor, per row, then per 16 weights: accuracy comes back as the scales take more bytes. A row
-# here holds 64 weights, so "one per row" and "one per 64 weights" give the same network.
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
 format_widget(model, data)
 
 # %% [markdown]
 # ## In practice: a 4096 × 4096 weight matrix
 #
-# A large language model is mostly matrices like this one: 16.8 million weights. We fill it with random
-# normal numbers (trained weights look roughly like that) and quantize it with one scale to 8 and 4 bits.
+# A language model is mostly matrices like this one: 16.8 million weights. Random normal numbers stand in for
+# trained weights, and one scale serves the whole matrix.
 #
-# **Predict before you run**: int4 has 15 levels, int8 has 255. Will int4's average error be about 2× or
-# about 17× that of int8?
+# **Predict before you run**: int4 has 15 levels, int8 255. Is int4's error about 2× or 17× int8's?
 
 # %%
 _ = torch.manual_seed(0)
 w = torch.randn(4096, 4096)  # a weight matrix in float32
 print(f"float32: {w.nbytes / 1e6:.0f} MB")
+
 for bits in (8, 4):
-    q = quant.quantize(w, bits)  # one scale for the whole matrix
-    print(f"int{bits}:    {quant.storage_bytes(q) / 1e6:.0f} MB, average error {quant.mean_abs_error(w, q):.3f}")
+    q_max = 2 ** (bits - 1) - 1  # 127 for int8, 7 for int4
+    s = w.abs().max() / q_max    # scale: the largest weight maps to q_max
+    q = torch.round(w / s)       # quantize: q = round(x / s)
+    w_hat = q * s                # dequantize: x ≈ q × s
+    size = w.numel() * bits / 8 / 1e6
+    error = (w - w_hat).abs().mean()
+    print(f"int{bits}:    {size:.0f} MB, average error {error:.3f}")
 
 # %% [markdown]
-# About 18×: each bit fewer doubles the step, and four bits fewer make it 127 / 7 ≈ 18 times bigger. The sizes
-# include the one 4-byte scale. Why is int4 with one scale so crude? Among 16.8 million normal numbers, the
-# largest is above 5, so the step is above 0.7, while most weights lie between −1 and 1:
+# About 18×: the step is 127 / 7 ≈ 18 times bigger. Why so crude? `s` and `q` are still int4's:
 
 # %%
-q4 = quant.quantize(w, 4)
-print(f"largest |weight| {w.abs().max():.2f}, so the step is {q4.scales.item():.3f}")
-print(f"weights stored as -1, 0 or +1: {(q4.codes.abs() <= 1).float().mean():.1%}")
+print(f"largest |weight| {w.abs().max():.2f}, so the int4 step is {s:.3f}")
+print(f"weights stored as -1, 0 or +1: {(q.abs() <= 1).float().mean():.1%}")
+
+# %%
+from course_utils.plots.quant import plot_value_histograms
+
+_ = plot_value_histograms(w, w_hat, label="int4, one scale")
+
+# %% [markdown] slide="notes"
+# **Text description of the chart.** Two histograms of every 83rd value. Left: the float32 values form a
+# bell curve from about −4.7 to 5.3; their int4 read-backs pile up on spikes 0.757 apart, tallest at 0.
+# Right: the errors spread evenly between −0.378 and +0.378.
 
 # %% [markdown]
-# Three levels carry three quarters of the weights: a few rare outliers set the step for everyone. The fix
-# real 4-bit formats use: **give each block of 64 consecutive weights its own scale.** The largest of 64
-# normal numbers is usually around 2.6, not 5.3, so a block's step is about half as big.
+# A few rare outliers set the step for everyone, and most weights share three levels. Real 4-bit formats
+# give **each block of 64 weights its own scale**: the largest of 64 normal numbers is usually about 2.6.
+
+# %%
+blocks = w.reshape(-1, 64)                      # 262,144 blocks of 64 weights
+s = blocks.abs().amax(dim=1, keepdim=True) / 7  # one scale per block
+w_hat = torch.round(blocks / s) * s
+size = w.numel() * 4 / 8 + s.numel() * 4        # 4-bit codes + one float32 scale per block
+print(f"int4, blocks of 64: {size / 1e6:.2f} MB, average error {(blocks - w_hat).abs().mean():.3f}")
+
+# %% [markdown]
+# Half the error; each weight carries 32 / 64 = 0.5 bits of scale.
 #
-# ### Your turn: count the bytes
+# ### Run it yourself: count the bytes
 #
-# One MLP matrix of a 7-billion-parameter model is 11008 × 4096. Stored in int4 with one float32 scale per
-# block of 64 weights, how many bytes does it take? Write a number (an expression such as `2 * 3 + 4` is fine).
+# A 7B model's feed-forward matrix is 11008 × 4096. In int4 with one float32 scale per block of 64 weights,
+# how many bytes does it take?
 
 # %%
 answer_bytes = ...  # bytes of the codes + bytes of the scales
@@ -311,47 +281,13 @@ check_int4_block_bytes(answer_bytes)
 #
 # 11008 × 4096 = 45,088,768 weights. Codes: 45,088,768 × 4 bits / 8 = 22,544,384 bytes. Scales:
 # 45,088,768 / 64 = 704,512 blocks × 4 bytes = 2,818,048 bytes. Total **25,362,432 bytes** (25.4 MB), or
-# 4.5 bits per weight: 4 for the code and 32 / 64 = 0.5 for its share of a scale. In float32 the matrix
-# takes 180 MB.
+# 4.5 bits per weight. In float32 the matrix takes 180 MB.
 #
 # </details>
 #
-# Here is the full comparison on our 4096 × 4096 matrix, with sizes that include every scale and zero-point
-# (MB = 10⁶ bytes):
+# **Try it live** on a 1024 × 1024 matrix: 4 bits with one scale, then blocks of 64, then untick "symmetric".
 
-# %%
-status("Quantizing 16.8 million weights 8 ways (4 schemes x 2 widths) …")
-rows = quant.compare_schemes(w, bits_list=(4, 8))
-print(quant.format_scheme_table(rows, float32_bytes=w.nbytes))
-
-# %% [markdown]
-# - **Blocks of 64** halve the int4 error (0.189 → 0.091) for 12.5% more memory (4.5 bits per weight instead
-#   of 4). At 8 bits they halve it too, from an error that was already small.
-# - A **zero-point** helps a little on these centred numbers (16 levels instead of 15, spread from the
-#   smallest to the largest value instead of ±the largest), and a lot on lopsided data, as we saw above.
-# - The overhead is what you pay for flexibility: one float32 scale per 64 weights is 1.05 MB here; a
-#   zero-point per block adds 0.13 MB at 4 bits and 0.26 MB at 8 bits.
-#
-# The histograms show int4 with one scale: the bell curve of float32 values collapses onto spikes.
-
-# %%
-from course_utils.plots.quant import plot_value_histograms
-
-_ = plot_value_histograms(w, quant.round_trip(w, 4), label="int4, one scale")
-
-# %% [markdown] slide="notes"
-# **Text description of the chart.** Two histograms of 200,000 of the matrix's values (every 83rd one).
-# Left: the float32 values form a bell curve centred on 0, from about −4.7 to 5.3; their int4 read-backs
-# pile up on spikes 0.757 apart, the tallest at 0, then ±0.757 and ±1.51, shrinking quickly outwards.
-# Right: the errors are spread evenly between −0.378 and +0.378, half a step either way.
-
-# %% [markdown]
-# **Try it live**: the widget quantizes a 1024 × 1024 random matrix (1 million values) and shows the average
-# and largest error, the size split into codes, scales and zero-points, and the histograms. Try 4 bits with
-# one scale, then blocks of 64, then untick "symmetric".
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget; nbval has no widget front end to compare it with.
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
 from course_utils.widgets.quant import error_widget
 
 error_widget()
@@ -359,58 +295,26 @@ error_widget()
 # %% [markdown]
 # ### NF4: put the levels where the weights are
 #
-# Evenly spaced levels waste resolution: trained weights are roughly normal, dense near 0 and rare in the
-# tails. **NF4** ("4-bit NormalFloat", the format of QLoRA, a method to fine-tune 4-bit models) keeps 16
-# levels but places them at **quantiles of the normal distribution**, so each level covers about the same
-# share of the weights.
-
-# %% [markdown]
-# How the 16 levels are made (`quant.nf4_levels`; the same recipe as `create_normal_map` in bitsandbytes, the
-# library behind 4-bit loading in Hugging Face Transformers):
-#
-# 1. Probabilities. Positive side: 9 evenly spaced values from 0.9677 down to 0.5, minus the last one (0.5
-#    itself): 8. Negative side: 8 evenly spaced values over the same range, minus 0.5: 7. (0.9677 is the
-#    average of 1 − 1/30 and 1 − 1/32; it keeps the outermost level finite.)
-# 2. Turn each probability into a z-score with the inverse normal CDF (`torch.special.ndtri`): 0.9677 gives
-#    about 1.85. The negative side gets a minus sign.
-# 3. Add one exact 0 (the z-score of the dropped 0.5), sort, and divide by the largest so the levels span −1…1.
-#
-# 8 + 7 + 1 = 16: an even number of levels cannot be symmetric *and* contain 0, so NF4 has one more positive
-# level than negative ones.
+# Trained weights crowd near 0. **NF4** ("4-bit NormalFloat", QLoRA's format) packs its 16 levels close
+# there and sparse in the tails, so each level serves about as many weights.
 
 # %%
-positive, negative = quant.nf4_probabilities()
-print("probabilities, positive side:", [round(p, 4) for p in positive.tolist()])
-print("probabilities, negative side:", [round(p, 4) for p in negative.tolist()])
-levels = quant.nf4_levels()
-print("NF4 levels:      ", [round(v, 4) for v in levels.tolist()])
-print("int4 levels (÷7):", [round(k / 7, 4) for k in range(-7, 8)])
-bnb_levels = quant.bnb_nf4_levels()  # bitsandbytes.functional.get_4bit_type("nf4"), when installed
-if bnb_levels is None:
-    print("bitsandbytes is not installed here: skipped the comparison with its NF4 table.")
-else:
-    print("same as bitsandbytes' NF4 table (to 1e-6):", torch.allclose(levels, bnb_levels, atol=1e-6, rtol=0))
+from course_utils import quant
+
+levels = quant.nf4_levels()                      # NF4's 16 levels, from -1 to 1
+print("NF4 levels:", [round(v, 2) for v in levels.tolist()])
+absmax = blocks.abs().amax(dim=1, keepdim=True)  # each block's largest |weight| is its scale
+codes = torch.bucketize(blocks / absmax, (levels[1:] + levels[:-1]) / 2)  # the nearest level, 0..15
+w_hat = levels[codes] * absmax
+print(f"nf4, blocks of 64:  {size / 1e6:.2f} MB, average error {(blocks - w_hat).abs().mean():.3f}")
 
 # %% [markdown]
-# Each block of 64 weights is divided by its largest |weight| (its "absmax", the block's scale) and every
-# weight snaps to the nearest level. NF4 against int4, both with one scale per block of 64, on the same matrix:
-
-# %%
-int4_64 = quant.quantize(w, 4, block_size=64)
-nf4_64 = quant.quantize_nf4(w, block_size=64)
-for q in (int4_64, nf4_64):
-    print(f"{q.name:<22} average error {quant.mean_abs_error(w, q):.4f}, {quant.storage_bytes(q) / 1e6:.2f} MB")
-
-# %% [markdown]
-# Same size, 20% less error: NF4's levels sit where the weights are. (The optional part at the end runs
-# bitsandbytes' own NF4 on this matrix and compares it with ours value by value.)
+# Same size, a fifth less error.
 #
 # ## Real models in 4 bits, and QLoRA
 #
-# > **Continued in the next notebook, [Real models in 4 bits, and QLoRA](01b_real_models_qlora.ipynb).**
-# > It loads Qwen2.5-1.5B-Instruct in 16 bits and in 4 bits (NF4 with bitsandbytes) and compares their memory:
-# > the 4-bit model is about a third of the 16-bit size, not a quarter, because the embedding table stays in
-# > 16 bits. Then it fine-tunes with QLoRA: a frozen 4-bit model plus small trainable 16-bit adapters.
+# > **Continued in [the next notebook](01b_real_models_qlora.ipynb)**: Qwen2.5-1.5B-Instruct in 16 and 4 bits
+# > (a third of the size, not a quarter: the embedding table stays in 16 bits), then QLoRA fine-tuning.
 
 # %% [markdown] slide="notes"
 # **Libraries you will meet**: bitsandbytes with Hugging Face Transformers (load any model in 8 or 4 bits),
@@ -421,44 +325,96 @@ for q in (int4_64, nf4_64):
 # %% [markdown]
 # ## Knowledge check
 #
-# 1. Why does int4 with one scale per matrix have such a large error (0.189) on the random matrix, and why do
-#    blocks of 64 help?
-# 2. A layer's outputs all lie between 0 and 6. Would you quantize them with a zero-point? Why?
-# 3. NF4 has 16 levels. Why are 8 of them positive and only 7 negative?
+# 1. Why is int4's error with one scale so large (0.189), and why do blocks of 64 help?
+# 2. Values all lie between 0 and 6. Zero-point or not? Why?
+# 3. A training step adds 0.0001 to a weight stored in int4 with a step of 0.05. What happens?
 #
-# <details><summary>Show the answer</summary>
+# <details><summary>Show the answers</summary>
 #
-# 1. The single largest weight (5.30) sets the step, 0.757, while most weights lie between −1 and 1: three
-#    quarters of them end up on just three levels. A block of 64 has a much smaller largest value (usually
-#    around 2.6), so its step is smaller. One outlier only coarsens its own block.
-# 2. Yes. Symmetric levels would span −6…6 and waste the negative half; with a zero-point all 2^b levels span
-#    0…6, so the step is half as big and so is the error. The cost is one small integer per scale.
-# 3. One level is an exact 0, so zeros are stored exactly. That leaves 15 levels, which cannot be
-#    split evenly: NF4 gives the extra one to the positive side.
+# 1. The largest weight (5.30) sets the step, 0.757, while most weights lie between −1 and 1: three quarters
+#    of them land on three levels. A block of 64 has a much smaller largest value (about 2.6), so its step is
+#    smaller, and an outlier only coarsens its own block.
+# 2. Yes. Symmetric levels would span −6…6 and waste the negative half; with a zero-point all the levels span
+#    0…6, so the step and the error are half as big. The cost: one small integer per scale.
+# 3. Nothing: the new value rounds back to the same level, so the update is lost. That is why QLoRA keeps
+#    the 4-bit weights frozen and trains 16-bit adapters instead.
 #
 # </details>
 #
 # ## Recap
 #
-# - Quantization stores $q = \mathrm{round}(x/s) + z$ and reads back $\hat{x} = s(q - z)$; each value moves at
-#   most half a step. The eight weights at 4 bits: step 0.05, errors of at most 0.02, 32 bytes → 4 + 4.
-# - A 4096 × 4096 float32 matrix: 67 MB; int8 17 MB with average error 0.010; int4 8 MB with error 0.189 using
-#   one scale. Blocks of 64 halve the int4 error for 0.5 extra bits per weight; NF4 cuts it by another 20%.
-# - Count the overhead: scales and zero-points are part of the size.
-# - On a real trained network: 16-bit and int8 are lossless in practice, int4 loses a little, int3 and int2
-#   lose a lot; finer scales soften the fall.
-# - Next: real language models in 4 bits, and training on top of them with QLoRA.
+# - $q = \mathrm{round}(x/s) + z$, $\hat{x} = s(q - z)$: no value moves more than half a step.
+# - 4096²: float32 67 MB; int8 17 MB, error 0.010; int4 8 MB, error 0.189. Blocks of 64 halve int4's error
+#   for 0.5 bits per weight; NF4 takes off another fifth. Scales count in the size.
+# - A trained network: int8 lossless in practice, int4 a little worse, int3 and int2 much worse.
+# - Quantization trades a little accuracy for a lot of memory. It shines when serving models; for training,
+#   use mixed precision, or QLoRA to fine-tune.
 
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# Three extras: the digits experiment with other training seeds and smaller blocks, bitsandbytes' NF4
-# compared with ours value by value, and how bitsandbytes stores its NF4 table.
+# Zero-points against blocks, how NF4's levels are made, other training seeds, and bitsandbytes' own NF4.
 #
+# ### Zero-points and blocks, side by side
+#
+# The 4096 × 4096 matrix with every combination, sizes including every scale and zero-point (MB = 10⁶ bytes):
+
+# %%
+status("Quantizing 16.8 million weights 8 ways (4 schemes x 2 widths) …")
+rows = quant.compare_schemes(w, bits_list=(4, 8))
+print(quant.format_scheme_table(rows, float32_bytes=w.nbytes))
+
+# %% [markdown]
+# - **Blocks of 64** halve the error at both widths, for 0.5 extra bits per weight.
+# - A **zero-point** helps a little on these centred numbers (16 levels instead of 15, spread from the
+#   smallest to the largest value) and a lot on lopsided data, as in "How it works".
+# - Each block's zero-point adds 0.13 MB at 4 bits and 0.26 MB at 8 bits.
+#
+# ### How NF4's 16 levels are made
+#
+# The recipe of `create_normal_map` in bitsandbytes, the library behind 4-bit loading in Hugging Face
+# Transformers:
+#
+# 1. Probabilities. Positive side: 9 evenly spaced values from 0.9677 down to 0.5, minus 0.5 itself: 8.
+#    Negative side: 8 values over the same range, minus 0.5: 7. (0.9677 is the average of 1 − 1/30 and
+#    1 − 1/32; it keeps the outermost level finite.)
+# 2. Turn each probability into a z-score with the inverse normal CDF (`torch.special.ndtri`): 0.9677 gives
+#    about 1.85. The negative side gets a minus sign.
+# 3. Add one exact 0, sort, and divide by the largest so the levels span −1…1.
+#
+# 8 + 7 + 1 = 16: an even number of levels cannot be symmetric *and* contain 0, so NF4 has one more positive
+# level than negative ones.
+
+# %%
+offset = (1 - 1 / 30 + 1 - 1 / 32) / 2                        # 0.96770833...
+positive = torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1]  # 8 probabilities
+negative = torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1]  # 7 probabilities
+z_scores = torch.cat([-torch.special.ndtri(negative), torch.zeros(1, dtype=torch.float64),
+                      torch.special.ndtri(positive)]).sort().values
+nf4 = (z_scores / z_scores.max()).float()
+print("probabilities, positive:", [round(p, 4) for p in positive.tolist()])
+print("probabilities, negative:", [round(p, 4) for p in negative.tolist()])
+print("NF4 levels:      ", [round(v, 4) for v in nf4.tolist()])
+print("int4 levels (÷7):", [round(k / 7, 4) for k in range(-7, 8)])
+
+# %% [markdown]
+# bitsandbytes ships the same table hard-coded (`get_4bit_type("nf4")`). When it is installed, compare:
+
+# %%
+from course_utils.hardware import import_bitsandbytes
+
+bnb = import_bitsandbytes()  # `import bitsandbytes`, or None when it is not installed (its import is quiet)
+if bnb is None:
+    print("bitsandbytes is not installed here: skipped (our levels above need no library).")
+else:
+    table = bnb.functional.get_4bit_type("nf4", device="cpu")[:16].float()
+    print("same levels as bitsandbytes' NF4 table (to 1e-6):", torch.allclose(nf4, table, atol=1e-6, rtol=0))
+
+# %% [markdown]
 # ### Other training seeds, smaller blocks
 #
-# The tables above are one model from one training seed. Does the pattern hold for other seeds, and how much
-# of int3's loss do finer scales win back?
+# The digits tables are one model from one training seed. Does the pattern hold for others, and how much of
+# int3's loss do finer scales win back?
 #
 # 1. Set `SEED` to 1, then 2, and run the cell. Do int8 and int4 still stay close to float32, and do int3 and
 #    int2 still fall?
@@ -506,52 +462,42 @@ print(format_quality_table(quality_by_format(trained, data, block_size=BLOCK)))
 # ### bitsandbytes' NF4, value by value
 #
 # bitsandbytes' own NF4 is two calls: `quantize_4bit` packs two 4-bit codes into each byte and keeps one
-# float32 absmax per block; `dequantize_4bit` reads them back. Here they are on the 4096 × 4096 matrix, when
-# bitsandbytes is installed (without it the cells say so, and our from-scratch NF4 stands alone):
+# float32 absmax (a block's largest |weight|) per block; `dequantize_4bit` reads them back. On the
+# 4096 × 4096 matrix, when bitsandbytes is installed:
 
 # %%
-from course_utils.hardware import import_bitsandbytes
-
-bnb = import_bitsandbytes()  # `import bitsandbytes`, or None when it is not installed (its import is quiet)
+status("Running bitsandbytes' NF4 on the 4096 x 4096 matrix …")
 if bnb is None:
-    print("bitsandbytes is not installed here: skipped its NF4 (our own version above needs no library).")
+    print("bitsandbytes is not installed here: skipped (our NF4 above needs no library).")
 else:
     packed, state = bnb.functional.quantize_4bit(w, blocksize=64, quant_type="nf4")
-    w_hat = bnb.functional.dequantize_4bit(packed, state)
+    w_bnb = bnb.functional.dequantize_4bit(packed, state)
+    size = packed.numel() + state.absmax.numel() * 4  # packed codes + a float32 absmax per block
     print(f"codes: {packed.dtype}, {packed.numel():,} bytes; absmax: {state.absmax.dtype}, {state.absmax.numel():,}"
-          f" blocks of {state.blocksize}; read back: {w_hat.dtype}, {tuple(w_hat.shape)}")
+          f" blocks of {state.blocksize}; read back: {w_bnb.dtype}, {tuple(w_bnb.shape)}")
+    print(f"bitsandbytes nf4, blocks of 64: {size / 1e6:.2f} MB, average error {(w - w_bnb).abs().mean():.4f}")
 
 # %% [markdown]
-# `quant.bnb_nf4_round_trip` wraps those two calls (and counts the bytes); `quant.nf4_agreement` compares its
-# read-back with ours, value by value:
+# `quant.nf4_agreement` compares that read-back with our NF4 (`quant.quantize_nf4`, the same steps as the NF4
+# cell of the core path), value by value:
 
 # %%
-status("Running bitsandbytes' NF4 on the 4096 x 4096 matrix and comparing it with ours …")
-bnb_nf4 = quant.bnb_nf4_round_trip(w, block_size=64)
-if bnb_nf4 is None:
-    print("bitsandbytes is not installed here: nothing to compare.")
-else:
-    print("the helper reads back exactly what the two calls above gave:", torch.equal(bnb_nf4.x_hat, w_hat))
-    agreement = quant.nf4_agreement(w, nf4_64, bnb_nf4.x_hat)
-    print(f"{'bitsandbytes nf4, 64':<22} average error {quant.mean_abs_error(w, bnb_nf4.x_hat):.4f}, "
-          f"{bnb_nf4.size_bytes / 1e6:.2f} MB")
+if bnb is not None:
+    agreement = quant.nf4_agreement(w, quant.quantize_nf4(w, block_size=64), w_bnb)
     print("bitsandbytes reads back the same values as ours, except at most 0.001% of them, each within 1e-6 "
           f"of a boundary between two levels: {agreement.holds(max_fraction=1e-5, max_distance=1e-6)}")
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: how many values sit close enough to a boundary to tip depends on the processor.
-if bnb_nf4 is not None:
+# %% tags=["nbval-ignore-output"] nbval_reason="how many values sit close enough to a boundary to tip depends on the processor."
+if bnb is not None:
     print(f"values read back differently: {agreement.differing} of {agreement.total:,}; the farthest from a "
           f"level boundary is {agreement.boundary_distance:.1e} away (in units of its block's largest weight)")
 
 # %% [markdown]
-# Our version and bitsandbytes agree on all but a handful of the 16.8 million values (the cell above counts
-# them; the count can change from one processor to another). Each of those sits within 10⁻⁶ of the boundary
-# between two levels: our levels differ from bitsandbytes' in the seventh decimal, and the last bit of a
-# division can differ between processors, which is enough to tip a value that close to a boundary to the
-# other side. Both choices are equally good.
-
-# %% [markdown]
+# The two agree on all but a handful of the 16.8 million values (the cell above counts them; the count can
+# change from one processor to another). Each of those sits within 10⁻⁶ of a boundary between two levels: our
+# levels differ from bitsandbytes' in the seventh decimal, and the last bit of a division can differ between
+# processors, enough to tip a value that close to the other side. Both choices are equally good.
+#
 # ### How bitsandbytes stores its NF4 table
 #
 # bitsandbytes ran the recipe above once and ships the result: `get_4bit_type("nf4")` returns 16 hard-coded

@@ -1,35 +1,27 @@
 # %% [markdown]
 # # Mixed precision: fast where we can, precise where we must
 #
-# In the backpack picture of this module, mixed precision is packing with **mixed sizes**: compact folders for
-# most papers, full-size ones only for the documents that matter. Most of the maths of training runs in 16
-# bits; a few steps keep 32.
-
-# %% [markdown]
-# **You will be able to**
-# - explain the four rules of mixed-precision training, and why the weight update stays in float32;
-# - read `torch.finfo` to say which updates and gradients a 16-bit format can hold;
-# - say when loss scaling is needed (float16) and when not (bfloat16);
-# - time float32 against 16-bit matrix multiplies properly with `torch.utils.benchmark`;
-# - write one training loop with mixed precision as flags, and turn it on in Hugging Face, Accelerate and
-#   Lightning with one setting.
+# Back to the backpack: four big folders become two big ones, for the documents that matter, and two compact
+# ones. Most of training's maths runs in 16 bits; a few steps keep 32.
 #
-# Everything runs on a CPU; a GPU (Colab's T4 is enough) shows tensor cores at work in the timing section.
+# **You will learn** why updates stay in float32, when to scale the loss, how to time a multiply fairly, and
+# the one setting that turns it all on. A CPU runs everything; a GPU shows the speed-up.
 
 # %% [setup]
 
 # %% [markdown]
 # ## Why?
 #
-# Training in float32 is slow and memory-hungry. GPUs have **tensor cores** that multiply 16-bit matrices many
-# times faster than float32 ones, and a 16-bit activation takes half the bytes. But some steps of training
-# really need float32's precision. Mixed precision gives each step the format it needs.
+# Training in float32 is slow and memory-hungry. GPUs' **tensor cores** (matrix units) multiply 16-bit matrices
+# many times faster, and a 16-bit **activation** (a layer's output, kept for the backward pass) takes half the
+# bytes. But a few steps need float32's precision.
 #
-# First, the three formats. Every floating-point number is a sign, an exponent (the range: how large and how
-# small a number can be) and a fraction (the precision: how finely numbers are spaced). `torch.finfo`
-# describes each format:
+# A float is a sign, an **exponent** (the range) and a **fraction** (the precision: how finely numbers are
+# spaced). `torch.finfo` describes each format:
 
 # %%
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -37,86 +29,86 @@ from course_utils import digits, hardware, precision
 from course_utils.plots import precision as precision_plots
 from course_utils.widgets import precision as precision_widgets
 
-print(precision.formats_table())
+FORMATS = (torch.float32, torch.bfloat16, torch.float16)
+print(f"{'format':<14} | sign/exponent/fraction bits | gap after 1.0 | largest value | smallest normal")
+for fmt in FORMATS:
+    info = torch.finfo(fmt)
+    fraction = round(-math.log2(info.eps))  # eps, the gap after 1.0, is 2 ** -fraction
+    layout = f"1/{info.bits - 1 - fraction}/{fraction}"
+    print(f"{str(fmt):<14} | {layout:>27} | {info.eps:>13.3g} | {info.max:>13.5g} | {info.smallest_normal:>15.3g}")
 
 # %% [markdown]
-# Read the table in two directions:
-#
-# - **bfloat16** keeps float32's 8 exponent bits, so it has the **same range** (up to about 3.4 × 10³⁸), but
-#   only 7 fraction bits: numbers near 1.0 are 0.0078 apart.
-# - **float16** spends more bits on the fraction (10), so it is **more precise** than bfloat16 near 1.0, but
-#   with 5 exponent bits its **range** ends at 65,504, and below 6.1 × 10⁻⁵ it starts losing precision.
+# - **bfloat16** keeps float32's 8 exponent bits, so its **range** (to 3.4 × 10³⁸), but only 7 fraction bits:
+#   near 1.0 its numbers are 0.0078 apart.
+# - **float16** is **more precise** (10 fraction bits), but its range ends at 65,504, and below 6.1 × 10⁻⁵ (the
+#   smallest normal) it keeps fewer and fewer bits.
 
 # %% [markdown]
 # ## How it works
 #
-# 1. **Keep the weights in float32.** This is the *master copy*.
-# 2. **Run the forward and backward passes in mixed precision.** Matrix multiplications run in 16 bits; steps
-#    sensitive to rounding (softmax, normalization, the loss) run in float32. `torch.autocast` decides op by op.
-# 3. **Gradients arrive in float32**, matching the weights, and the optimizer updates the float32 master copy,
-#    so that small updates are not rounded away.
-# 4. **Loss scaling, for float16 only:** multiply the loss by a large number before the backward pass so small
-#    gradients do not round to zero, and divide the gradients back before the update. bfloat16 has float32's
-#    range and does not need it.
+# 1. **Keep the weights in float32**: the *master copy*.
+# 2. **Run the forward and backward passes in mixed precision**: matrix multiplications in 16 bits; the loss,
+#    and on a GPU softmax and normalization, in float32. `torch.autocast` decides op by op.
+# 3. **Gradients arrive in float32**, and the optimizer updates the float32 weights, so tiny updates survive.
+# 4. **float16 only: loss scaling.** Multiply the loss by a big number before the backward pass, so tiny
+#    gradients do not round to zero; divide them back before the update. bfloat16 has float32's range.
 
 # %% [markdown]
 # ### Can a tiny update survive?
 #
-# One optimizer step changes each weight by $w \leftarrow w - \eta \cdot \nabla_w L$: $w$ is the weight (the
-# float32 master copy), $\eta$ the learning rate, $\nabla_w L$ the gradient. Learning rates of $10^{-3}$ to
-# $10^{-5}$ and gradients well below 1 make $\eta \cdot \nabla_w L$ tiny.
-#
-# **Predict before you run:** a weight $w = 1.0$ receives an update of $10^{-4}$ (say $\eta = 10^{-3}$ and a
-# gradient of 0.1). What does each format store for $w - 10^{-4}$? Use the gaps after 1.0 in the table above.
+# An optimizer step: $w \leftarrow w - \eta \cdot \nabla_w L$, with $w$ the weight (the master copy), $\eta$
+# the learning rate ($10^{-5}$ to $10^{-3}$), $\nabla_w L$ the gradient (from the 16-bit maths). The update is
+# tiny. **Predict before you run:** what does each format store for $1.0 - 10^{-4}$?
 
 # %%
-print(precision.update_table([1e-2, 1e-3, 1e-4, 1e-6, 1e-8], w=1.0))
+w = 1.0
+print(f"{'update':>7} | " + " | ".join(f"{str(fmt):>16}" for fmt in FORMATS))
+for update in (1e-2, 1e-3, 1e-4, 1e-6, 1e-8):
+    cells = []
+    for fmt in FORMATS:
+        new = (torch.tensor(w, dtype=fmt) - torch.tensor(update, dtype=fmt)).item()  # both stored in fmt
+        cells.append(f"{new:.8f}" + (" lost" if new == w else "     "))
+    print(f"{update:>7.0e} | " + " | ".join(f"{c:>16}" for c in cells))
 
 # %% [markdown]
-# An update of $10^{-4}$ **vanishes** in both 16-bit formats: the weight stays exactly 1.0. In float32 it
-# survives (0.99989998: float32 rounds too, in the 8th digit). bfloat16 even loses $10^{-3}$, and moves the
-# weight by 0.0117 instead of $10^{-2}$: it can only land on one of its own numbers.
-#
-# Why? $w - u$ is rounded to the nearest number of the format, so an update smaller than **half the gap** to
-# the neighbour below rounds back to $w$. Below 1.0 the gap is half of `eps` (1.0 is a power of two). Real
-# torch arithmetic finds the smallest update that survives:
+# $10^{-4}$ **vanishes** in both 16-bit formats; float32 keeps it (rounded in the 8th digit). bfloat16 even
+# loses $10^{-3}$, and turns $10^{-2}$ into a step of 0.0117, the nearest number it has. A result is rounded to
+# the nearest number, so an update below **half the gap** to the next one down is lost:
 
 # %%
-for name in ("float32", "bfloat16", "float16"):
-    below, above = precision.spacing_around(1.0, name)
-    smallest = precision.smallest_surviving_update(1.0, name)
-    print(f"{name:>8}: gap below 1.0 = {below:.3g}, above = {above:.3g} (finfo eps); "
-          f"smallest update that survives = {smallest:.3g}")
+print(f"{'format':<14} | gap below 1.0 | smallest update that survives")
+for fmt in FORMATS:
+    gap = torch.finfo(fmt).eps / 2
+    smallest = precision.smallest_surviving_update(1.0, fmt)  # found by bisection, with the subtraction above
+    print(f"{str(fmt):<14} | {gap:>13.3g} | {smallest:.3g}")
 
 # %% [markdown]
-# **Predict before you run:** the same update of $10^{-4}$, a thousand times. Where does the weight end up in
-# each format?
+# **Predict before you run:** $10^{-4}$, a thousand times. Where does the weight end up?
 
 # %%
-for name in ("float32", "bfloat16", "float16"):
-    print(f"{name:>8}: w after 1,000 updates of 1e-4 = {precision.repeated_updates(1.0, 1e-4, 1000, name):.6f}")
-master = precision.repeated_updates(1.0, 1e-4, 1000, "float32")
-print(f"float32 master copy read in bfloat16 for the next forward pass: {precision.cast_value(master, 'bfloat16'):.6f}")
+final = {}
+for fmt in FORMATS:
+    w, update = torch.tensor(1.0, dtype=fmt), torch.tensor(1e-4, dtype=fmt)
+    for _ in range(1000):
+        w = w - update
+    final[fmt] = w
+    print(f"{str(fmt):<14} w after 1,000 updates: {w.item():.6f}")
+print(f"the float32 master copy, read in bfloat16: {final[torch.float32].to(torch.bfloat16).item():.6f}")
 
 # %% [markdown]
-# A weight stored in 16 bits **never moves**: each step is lost, so a thousand steps are lost too. The float32
-# master copy collects them and reaches 0.9; the 16-bit copy for the next forward pass is read from it, so it
-# moves as well (0.898, the nearest bfloat16). Rule 3: compute in 16 bits, **update in float32**.
+# A 16-bit weight **never moves**. The float32 master copy reaches 0.9, and the 16-bit copy read from it moves
+# too. Rule 3: compute in 16 bits, **update in float32**.
 #
-# **Live demo.** Pick the format of the weight and slide the update $\eta \cdot \nabla L$ (log scale): the
-# neighbours of $w = 1.0$, whether the update survives, and the float32 result.
+# **Live demo:** pick a format, slide the update, see whether it survives.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget (nbval has no widget front end).
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget (nbval has no widget front end)."
 precision_widgets.tiny_update_widget(update=1e-4)
 
 # %% [markdown]
 # ### Your turn: a small weight
 #
-# The gaps grow and shrink with the number: between 0.5 and 1 they are half as wide as between 1 and 2. A
-# typical initial weight is 0.02. It receives an update of $10^{-5}$. In which 16-bit formats does the update
-# survive? Answer `'both'`, `'bfloat16 only'`, `'float16 only'` or `'neither'`. (You can test any guess with
-# `precision.survives(0.02, 1e-5, "bfloat16")`, but decide first.)
+# Gaps scale with the number. A weight of 0.02 gets an update of $10^{-5}$. In which 16-bit formats does it survive: `'both'`, `'bfloat16 only'`,
+# `'float16 only'` or `'neither'`? Decide, then test with `precision.survives(0.02, 1e-5, "bfloat16")`.
 
 # %%
 from course_utils.exercises.precision import check_small_weight_update
@@ -142,54 +134,50 @@ check_small_weight_update(answer)
 # </details>
 
 # %% [markdown]
-# ### Range: very large and very small numbers
+# ### Range: huge and tiny numbers
 #
-# Precision is one limit; **range** is the other. What does each format store for a few large and small
-# values? (Look for `inf`, for 0, and for digits that changed.)
+# **Range** is the other limit. **Predict before you run:** where do `inf` and 0 appear?
 
 # %%
-print(precision.cast_table([100_000.0, 65_504.0, 1e-5, 1e-7, 1e-8, 1e-30]))
+values = torch.tensor([100_000.0, 65_504.0, 1e-5, 1e-7, 1e-8, 1e-30], dtype=torch.float64)
+print(f"{'value':>8} | " + " | ".join(f"{str(fmt):>14}" for fmt in FORMATS))
+for v in values:
+    print(f"{v.item():>8.5g} | " + " | ".join(f"{v.to(fmt).item():>14.5g}" for fmt in FORMATS))
 
 # %% [markdown]
-# float16 **overflows** above 65,504 (to `inf`, which poisons every sum it enters) and **flushes** values
-# below about 3 × 10⁻⁸ to zero; between 6 × 10⁻⁸ and 6.1 × 10⁻⁵ it keeps fewer and fewer significant bits
-# (1e-7 comes back as 1.19e-7). bfloat16 keeps float32's range: it rounds 1e-30 a little, never to zero.
+# float16 **overflows** above 65,504 to `inf` and **flushes** values below about 3 × 10⁻⁸ to zero; up to
+# 6.1 × 10⁻⁵ they are **subnormal**, with fewer bits (1e-7 reads 1.19e-7). bfloat16 rounds, never to zero.
 #
-# Gradients are small numbers. Here is a stand-in for the gradients of a deep network: 100,000 values whose
-# magnitudes spread around $10^{-6}$ (a log-normal spread, seeded). **Predict before you run:** what
-# fraction becomes exactly zero in float16? And after multiplying them by a loss scale of 65,536 ($2^{16}$)?
+# Gradients are small: here 100,000 stand-ins spread around $10^{-6}$ (log-normal, seeded). **Predict:** what
+# fraction becomes zero in float16, and after a loss scale of 65,536 ($2^{16}$)?
 
 # %%
 grads = precision.synthetic_gradients(n=100_000, log10_mean=-6.0, log10_std=1.5, seed=0)
-for scale in (1.0, 65_536.0):
-    s = precision.fp16_cast_stats(grads, scale)
-    print(f"scale {scale:>6,.0f}: {s.zero_fraction:7.3%} flushed to zero, {s.subnormal_fraction:7.3%} subnormal "
-          f"(fewer bits), {s.overflow_fraction:6.3%} overflow to inf, {s.kept_fraction:7.3%} stored normally")
+smallest_normal = torch.finfo(torch.float16).smallest_normal
+print(f"{'loss scale':>10} | {'zero':>7} | {'subnormal':>9} | {'inf':>6} | {'normal':>7}")
+for scale in (1, 65_536):
+    h = (grads * scale).to(torch.float16).abs()
+    zero, inf = (h == 0).sum().item() / h.numel(), h.isinf().sum().item() / h.numel()
+    subnormal = ((h > 0) & (h < smallest_normal)).sum().item() / h.numel()
+    print(f"{scale:>10,} | {zero:>7.3%} | {subnormal:>9.3%} | {inf:>6.3%} | {1 - zero - subnormal - inf:>7.3%}")
 
 # %% [markdown]
-# Without scaling, 15.6 % of these gradients become zero in float16 and 72.5 % lose precision as subnormals.
-# Multiplying the loss by 65,536 multiplies every gradient by 65,536 too (the chain rule is linear), which moves
-# almost all of them into float16's normal range: only 0.004 % still flush to zero, and 0.006 % now overflow
-# at the other end. The optimizer divides by 65,536 in float32 before the update, so the scale changes nothing
-# else. That is loss scaling.
+# Unscaled, 15.6 % become zero and 72.5 % subnormal. Scaling the loss scales every gradient (the chain rule is
+# linear): 0.004 % still flush, 0.006 % overflow. The optimizer divides back in float32: **loss scaling**.
 
 # %%
 fig = precision_plots.gradient_histogram(grads, scale=65_536.0)
 
 # %% [markdown] slide="notes"
-# **Text description of the chart.** A histogram of the 100,000 gradients on a log scale (x: log10 of the
-# magnitude, about −14 to 6; y: count). Shaded bands mark float16's limits: below −7.5 it stores zero, from
-# −7.5 to −4.2 it keeps subnormals (fewer bits), above 4.8 it overflows. The blue curve (gradients as
-# computed) peaks at −6, in the subnormal band, with its left tail in the zero band. The green curve (× 65,536)
-# is the same shape moved 4.8 to the right: it peaks near −1.2, almost all in the normal range; only its far
-# right tail touches the overflow band.
+# **Text description of the chart.** Counts (y) of log10 |gradient| (x, −14 to 6) over float16's bands: zero
+# below −7.5, subnormal to −4.2, overflow above 4.8. The blue curve (as computed) peaks at −6, subnormal; the
+# green (× 65,536) is the same shape 4.8 to the right, almost all normal.
 
 # %% [markdown]
 # ### Your turn: a loss scale that fits
 #
-# A float16 run has gradients as small as $10^{-8}$ and as large as $1.0$. Which loss scale brings $10^{-8}$
-# into float16's **normal** range (at least 6.1 × 10⁻⁵, the smallest normal in the first table) while $1.0$
-# still stays finite (at most 65,504)? Choose one of `1024`, `8192`, `65536`, `1048576`.
+# Gradients run from $10^{-8}$ to $1.0$. Which scale lifts $10^{-8}$ to at least 6.1 × 10⁻⁵ (normal) while
+# $1.0$ stays at most 65,504: `1024`, `8192`, `65536` or `1048576`?
 
 # %%
 from course_utils.exercises.precision import check_loss_scale
@@ -210,120 +198,135 @@ check_loss_scale(scale)
 # %% [markdown]
 # ### What autocast does to the dtypes
 #
-# `torch.autocast` applies rules 1 to 3 for you. A linear layer and a loss, run under autocast; the backward
-# pass runs outside it. The 16-bit type is chosen by `course_utils.hardware`: bfloat16 on an Ampere or newer GPU
-# and on a CPU, float16 on a T4 (where the `output` line then reads `torch.float16`).
+# `torch.autocast` applies rules 1 to 3: bfloat16 on a CPU or an Ampere+ GPU (compute capability, NVIDIA's
+# generation number, 8.0 or more), float16 on a T4. **Predict:** which lines show a 16-bit type?
 
 # %%
-device = hardware.pick_device()
-dtype = hardware.autocast_dtype(device)
-print(precision.dtype_lines(precision.autocast_example(device, dtype)))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+dtype = hardware.autocast_dtype(device)  # bfloat16 on a CPU or an Ampere+ GPU, float16 on a T4
+model = torch.nn.Linear(512, 512).to(device)
+x = torch.randn(64, 512, device=device)
+y = torch.randn(64, 512, device=device)
+
+with torch.autocast(device_type=device.type, dtype=dtype):
+    out = model(x)                               # matrix multiply: 16 bits
+    loss = torch.nn.functional.mse_loss(out, y)  # loss: float32
+loss.backward()                                  # backward pass, outside autocast
+
+print("weights: ", model.weight.dtype)       # the master copy
+print("output:  ", out.dtype)
+print("loss:    ", loss.dtype)
+print("gradient:", model.weight.grad.dtype)  # matches the weights
 
 # %% [markdown]
-# The weights and the gradient stay in float32; only the matrix multiply ran in 16 bits, and the loss came
-# back in float32. (Which other ops autocast moves to 16 bits depends on the device: see "Going deeper".)
-#
+# Only the matrix multiply ran in 16 bits. Rule 2's softmax and normalization depend on the device:
+
+# %%
+with torch.autocast(device_type=device.type, dtype=dtype):
+    h = model(x)  # 16 bits
+    print(f"{device.type} autocast, input {h.dtype}")
+    print("softmax:   ", torch.softmax(h, dim=-1).dtype)
+    print("layer_norm:", F.layer_norm(h, h.shape[-1:]).dtype)
+    print("mse_loss:  ", F.mse_loss(h, y).dtype)
+
+# %% [markdown]
+# On a GPU all three print float32: CUDA autocast's float32 list has softmax, layer norm and the losses. The
+# CPU's list is mainly losses, so there softmax and layer norm keep their input's 16-bit type.
+
+# %% [markdown]
 # ## Benefits and trade-offs
 #
 # **Benefits**
-# - **Faster maths.** An H100 does about 990 TFLOPS of dense bfloat16 maths on its tensor cores, against 67 in
-#   float32. Real training runs are usually 2 to 3 times faster, not 15: memory traffic, the float32 steps
-#   and the optimizer do not speed up.
+# - **Faster maths.** An H100 does about 990 TFLOP/s (trillion operations a second) in bfloat16, against 67 in
+#   float32. Real training often runs 2 to 3 times faster: memory traffic and the optimizer do not speed up.
+#   bfloat16 is today's default on Ampere+.
 # - **Activations take half the memory**, so bigger batches fit.
-# - **Little or no loss in accuracy** (the training run below shows it).
+# - **Little or no loss in accuracy.**
 
 # %% [markdown]
 # **Trade-offs**
-# - **The model state does not shrink.** Weights, gradients and Adam's two moments stay in float32: about
-#   16 bytes per parameter.
+# - **The model state does not shrink**: weights, gradients and Adam's state stay float32, 16 bytes a
+#   parameter.
 # - **bfloat16 needs an Ampere or newer GPU** (A100, H100, RTX 30 series and up). On a T4, like free Colab,
 #   use float16.
 # - **float16 overflows above 65,504 and loses tiny values**, so it needs loss scaling.
-#
-# The figures, from the datasheets in `course_utils.hardware` and from bytes per element:
 
 # %%
 for key in ("H100", "A100", "T4"):
     sheet = hardware.DATASHEETS[key]
-    print(f"{sheet.name:<16} 16-bit tensor cores {sheet.tensor16_tflops:>5.0f} TFLOPS, float32 {sheet.fp32_tflops:>4.1f} "
-          f"TFLOPS: {sheet.tensor16_tflops / sheet.fp32_tflops:4.1f}x on paper")
+    print(f"{sheet.name:<16} 16-bit tensor cores {sheet.tensor16_tflops:>4.0f} TFLOP/s, float32 "
+          f"{sheet.fp32_tflops:>4.1f}: {sheet.tensor16_tflops / sheet.fp32_tflops:4.1f}x on paper")
 batch, tokens, hidden = 8, 1024, 4096
-for name in ("float32", "bfloat16"):
-    nbytes = batch * tokens * hidden * torch.finfo(precision.resolve_dtype(name)).bits // 8
-    print(f"one {batch}x{tokens}x{hidden} activation in {name:<8}: {nbytes / 2**20:,.0f} MiB")
+for fmt in (torch.float32, torch.bfloat16):
+    nbytes = batch * tokens * hidden * torch.finfo(fmt).bits // 8
+    print(f"one {batch}x{tokens}x{hidden} activation in {str(fmt):<14}: {nbytes / 2**20:,.0f} MiB")
 state_bytes = 4 + 4 + 8  # float32 weights + float32 gradients + Adam's two float32 moments
-print(f"model state with Adam, mixed precision or not: {state_bytes} bytes per parameter, "
-      f"{state_bytes * 7e9 / 1e9:.0f} GB for 7 billion parameters")
+print(f"model state with Adam: {state_bytes} bytes per parameter, {state_bytes * 7e9 / 1e9:.0f} GB for 7 billion")
 
 # %% [markdown]
-# The T4 row is why free Colab still matters here: it has no bfloat16 tensor cores, but its float16 tensor
-# cores are 8 times its float32 figure. (The H100's datasheet 989 is the "about 990" above.)
-#
 # ## In practice
 #
-# ### Timing a matrix multiply, properly
+# ### Timing a matrix multiply
 #
-# GPU work is asynchronous: `a @ b` returns before the GPU has finished, so a stopwatch around it measures
-# almost nothing. A fair timing warms up first (the first call pays for setup), **synchronizes** before reading
-# the clock, and repeats. PyTorch's `torch.utils.benchmark.Timer` does all three. Here it is on its own, timing
-# one float16 multiply: `blocked_autorange` runs the statement in blocks for at least `min_run_time` seconds
-# and reports the median. `num_threads` matters: `Timer` uses a single CPU thread unless told otherwise.
+# GPU work is **asynchronous**: `a @ b` returns before the GPU has finished. So warm up, **synchronize** (wait
+# for the GPU) before reading the clock, and repeat. Sides: 4096 on a GPU, 256 on a CPU. **Predict:** is
+# float16 faster than float32 on your machine? bfloat16?
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: a timing, different on every machine and in every run.
+# %% tags=["nbval-ignore-output"] nbval_reason="a timing, different on every machine and in every run."
+import time
+
+size = 4096 if device.type == "cuda" else 256
+sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # a CPU has finished on return
+a = torch.randn(size, size, device=device)
+b = torch.randn(size, size, device=device)
+
+for fmt in (torch.float32, torch.bfloat16, torch.float16):
+    p, q = a.to(fmt), b.to(fmt)
+    p @ q                     # warm up
+    sync()
+    start = time.perf_counter()
+    for _ in range(50):
+        p @ q
+    sync()                    # wait for the GPU to finish
+    ms = (time.perf_counter() - start) / 50 * 1000
+    print(f"{fmt}: {ms:.2f} ms per matrix multiply")
+
+# %% [markdown]
+# `torch.utils.benchmark.Timer` does these chores and reports the median (on one CPU thread unless told
+# otherwise). A multiply of side $n$ costs $2n^3$ operations:
+
+# %% tags=["nbval-ignore-output"] nbval_reason="timings differ from machine to machine and from run to run."
 from torch.utils import benchmark
 
-size = precision.all_formats_size(device)  # 4096 on a GPU; 256 on a CPU, where float16 is very slow
-a, b = precision.random_matrices(size, torch.float16, device)  # two random size x size matrices (own generator)
-timer = benchmark.Timer(stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
-measurement = timer.blocked_autorange(min_run_time=0.2)
-print(f"float16, {size}x{size} on {device.type}: {measurement.median * 1e3:.2f} ms per multiply "
-      f"(median of {len(measurement.times)} blocks of {measurement.number_per_run})")
+seconds = {}
+for fmt in (torch.float32, torch.bfloat16, torch.float16):
+    timer = benchmark.Timer(stmt="p @ q", globals={"p": a.to(fmt), "q": b.to(fmt)},
+                            num_threads=torch.get_num_threads())
+    seconds[fmt] = timer.blocked_autorange(min_run_time=0.2).median
+    speed = seconds[torch.float32] / seconds[fmt]
+    than = "" if fmt == torch.float32 else f"{speed:.1f}x faster" if speed >= 1 else f"{1 / speed:.1f}x slower"
+    print(f"{str(fmt):<14} {seconds[fmt] * 1e3:8.2f} ms {2 * size**3 / seconds[fmt] / 1e12:9.3g} TFLOP/s  {than}")
 
 # %% [markdown]
-# `precision.time_matmul` wraps that same call and turns the time into TFLOP/s: a square multiply of side $n$
-# costs $2n^3$ floating-point operations. **Predict before you run:** on your machine, is float16 faster or
-# slower than float32? And bfloat16?
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: timings differ from machine to machine and from run to run.
-timings = [precision.time_matmul(size, name, device) for name in ("float32", "bfloat16", "float16")]
-print(precision.timing_report(timings, hardware.current_datasheet()))
-
-# %%
-helper, mine = timings[-1].measurement.task_spec, measurement.task_spec
-print(f"timed {size}x{size} matrices on {device.type} in", ", ".join(t.dtype for t in timings))
-print("the helper's float16 timing ran the same Timer call (statement, threads):",
-      (helper.stmt, helper.num_threads) == (mine.stmt, mine.num_threads))
-
-# %% [markdown]
-# 16 bits pay only where the hardware has **16-bit matrix units**. On a T4 that is float16 (its tensor cores):
-# several times faster than float32, while bfloat16 is emulated, with no tensor-core speed-up. An A100 or H100
-# has both; the report gives the fraction of the datasheet peak, which large multiplies get close to. Most CPUs
-# have no 16-bit matrix units: the numbers are converted to float32 for the maths, which only adds work. Often
-# bfloat16 ends up a little slower than float32 and float16 many times slower; "Going deeper" says why, and
-# how to check your CPU.
+# **A GPU is not a CPU.** Tensor cores make 16 bits win: NVIDIA's T4 datasheet gives 65 TFLOP/s in float16
+# against 8.1 in float32; the A100's, 312 in bfloat16 against 19.5. Most CPUs have no 16-bit matrix units:
+# float16 takes a slow generic path (often tens to hundreds of times slower), and bfloat16 is converted to
+# float32 for the maths, about as fast or slower, unless the CPU has bfloat16 matrix instructions (recent
+# Intel Xeons). Slow 16-bit rows above mean "a CPU", not "16 bits are slow" (details: "Going deeper").
 
 # %% [markdown]
 # ### The mixed-precision training loop
 #
-# A small real task: recognizing handwritten digits (8 × 8 pixel images from scikit-learn, shipped with the
-# package, so it works offline), notebook 01's task from the same `course_utils.digits` module, with an MLP of
-# two hidden layers of 128. One loop, with the tricks as flags, the way the PyTorch AMP recipe writes it:
-#
-# - `torch.autocast(..., dtype=dtype)` runs the forward pass in mixed precision;
-# - `torch.amp.GradScaler(..., enabled=(dtype == torch.float16))` scales the loss for float16 only. When it is
-#   disabled, `scale` returns the loss unchanged, `step` just calls the optimizer and the scale reads 1.
+# Notebook 01's task, 8 × 8 handwritten digits, with an MLP of two hidden layers of 128. One loop, the tricks
+# as flags: `torch.autocast(..., dtype=dtype)` for the forward pass, and
+# `torch.amp.GradScaler(..., enabled=(dtype == torch.float16))`, which, disabled, passes the loss through.
 
 # %%
-from course_utils.progress import status, steps
-
-print(f"device: {device.type}, autocast dtype: {dtype}, loss scaling: {hardware.needs_loss_scaling(dtype)}")
+print(f"device: {device.type}, autocast dtype: {dtype}")
 threads = torch.get_num_threads()
 if device.type == "cpu":
     torch.set_num_threads(1)  # a network this small trains faster on one CPU thread than on several
 
-status("Training the digit classifier for 200 steps …")
 task = digits.load_digits_data()                                # 1,347 training and 450 test images
 model = digits.make_mlp(hidden=128, depth=2, seed=0).to(device)  # float32 weights: the master copy
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -340,54 +343,43 @@ for x, y in task.batches(steps=200, batch_size=64, seed=0):
     optimizer.zero_grad()
     losses.append(loss.item())
 test_accuracy = digits.evaluate(model, task).accuracy
-print(f"{len(losses)} steps done, loss scale at the end: {scaler.get_scale():,.0f}")
+print(f"{len(losses)} steps, loss scaling on: {scaler.is_enabled()}, loss scale at the end: {scaler.get_scale():,.0f}")
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: 16-bit sums run in a different order on each processor, so the last digits change.
-for step in (1, 25, 50, 75, 100, 125, 150, 175, 200):
-    print(f"step {step}: loss {losses[step - 1]:.2f}")
+# %% tags=["nbval-ignore-output"] nbval_reason="16-bit sums run in a different order on each processor, so the last digits change."
+for step in (0, 50, 100, 150, 199):
+    print(f"step {step}: loss {losses[step]:.3f}")
 print(f"test accuracy: {test_accuracy:.1%}")
 
 # %% [markdown]
-# The loss falls from about 2.30 (ln 10: a guess among 10 classes) and the network recognizes most test
-# digits. The scale reads 1 on a CPU: the scaler is off for bfloat16. The last digits of 16-bit losses depend
-# on the processor, so we compare with float32 within a stated tolerance, not digit by digit.
-#
-# The same loop lives in `precision.train_mixed_precision`, with `dtype` as a flag (float32 turns autocast
-# off). Check that it is the same loop, then train once more in plain float32:
+# The loss falls from about 2.30 (ln 10: a guess among 10 classes); with bfloat16 the scale stays at 1. Now
+# float32 (`precision.train_mixed_precision`: this loop, `dtype` a flag), compared within a tolerance, as
+# 16-bit digits vary by processor:
 
 # %%
-with steps("Training the digit classifier twice", total=2) as step:
-    step(f"{precision.dtype_name(dtype)} autocast")
-    mixed = precision.train_mixed_precision(dtype, device=device, steps=200)
-    step("float32")
-    full = precision.train_mixed_precision("float32", device=device, steps=200)
-print("the helper runs the same loop:", [log.loss for log in mixed.history] == losses)
-print(precision.compare_runs(full, mixed, loss_tolerance=0.05, accuracy_tolerance=0.02))
+full = precision.train_mixed_precision("float32", device=device, steps=200)
+loss_gap = abs(sum(losses[-50:]) / 50 - full.mean_loss(50))
+print(f"{precision.dtype_name(dtype)} against float32: mean loss of the last 50 steps within 0.05: "
+      f"{loss_gap <= 0.05}; test accuracy within 2 points: {abs(test_accuracy - full.test_accuracy) <= 0.02}")
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the digits behind the check above depend on the processor.
-for result in (full, mixed):
-    print(f"{result.dtype:>8}: mean loss over the last 50 steps {result.mean_loss(50):.3f}, "
-          f"test accuracy {result.test_accuracy:.1%}")
+# %% tags=["nbval-ignore-output"] nbval_reason="the digits behind the check above depend on the processor."
+print(f"mean loss of the last 50 steps: float32 {full.mean_loss(50):.3f}, "
+      f"{precision.dtype_name(dtype)} {sum(losses[-50:]) / 50:.3f}")
+print(f"test accuracy: float32 {full.test_accuracy:.1%}, {precision.dtype_name(dtype)} {test_accuracy:.1%}")
 
 # %%
 fig = precision_plots.loss_curves({"float32": [log.loss for log in full.history],
-                                   f"{mixed.dtype} autocast": [log.loss for log in mixed.history]})
+                                   f"{precision.dtype_name(dtype)} autocast": losses})
 
 # %% [markdown] slide="notes"
-# **Text description of the chart.** Training loss (y, cross-entropy, 0 to about 2.3) against the step (x, 10
-# to 200), each curve a running mean over 10 steps. The solid float32 curve and the dashed mixed-precision
-# curve fall together, steeply from about 2.15 at step 10 to about 0.33 at step 50, then slowly to about 0.07
-# at step 200, on top of each other all the way: mixed precision did not hurt learning.
+# **Text description of the chart.** Loss (y, 0 to 2.3) by step (x, 10 to 200), running means of 10. The
+# float32 and mixed-precision curves fall together, from 2.15 to 0.33 by step 50, then to about 0.07.
 
 # %% [markdown]
 # ### What a T4 sees: float16, a loss scale, and a skipped step
 #
-# With float16 the scaler is on: the scale starts at 65,536 ($2^{16}$). If a step's scaled gradients overflow
-# to `inf`, `scaler.step` **skips** that update and `scaler.update` **halves** the scale; after 2,000 clean
-# steps in a row it doubles it again. Overflows are rare on a task this small, so we force one: at step 60 the
-# loss is multiplied by 10,000 before the backward pass, like a loss spike. The same loop, `dtype=float16`:
+# With float16 the scale starts at 65,536. When scaled gradients overflow, `scaler.step` **skips** the update
+# and `scaler.update` **halves** the scale (2,000 clean steps double it). Step 60's loss is multiplied by
+# 10,000 to force one:
 
 # %%
 fp16 = precision.train_mixed_precision("float16", device=device, steps=100, spike_at=(60,))
@@ -396,56 +388,43 @@ print(fp16.log_lines(every=20, losses=False))
 print(f"skipped steps: {fp16.skipped_steps}")
 print(f"still learning after the skipped step, test accuracy above 85%: {fp16.test_accuracy > 0.85}")
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: float16 losses and accuracy change in the last digits from one processor to another.
-print(fp16.log_lines(every=20))
-print(f"test accuracy: {fp16.test_accuracy:.1%}")
-
 # %% [markdown]
-# Step 60 overflowed, was skipped, and the scale dropped to 32,768; the network still learned (a broken run
-# would be stuck near 10 %, a guess among 10 classes). In a real float16 run the scale drops a few times early
-# on as it finds its level: normal. Worry only when it keeps falling towards 1, or the loss becomes `nan`.
+# A few early drops are normal; worry when the scale keeps falling towards 1 or the loss turns `nan`.
 #
 # ### One setting in the libraries
 #
-# In Hugging Face `TrainingArguments` it is `bf16=True` (Ampere+) or `fp16=True` (T4 or older);
-# `precision.training_arguments_kwargs` picks by compute capability, as `course_utils.hardware` does. On a CPU,
-# transformers refuses `bf16=True` unless you also say `use_cpu=True`.
+# `TrainingArguments(bf16=True)` on Ampere+, `fp16=True` on a T4; a CPU also needs `use_cpu=True`.
 
 # %%
+from course_utils.progress import status
 from course_utils.quiet import quiet_libraries
 
 status("Importing transformers …")
 with quiet_libraries():  # no library warnings or logs on stderr inside this block; restored after it
     from transformers import TrainingArguments
 
-    kwargs = precision.training_arguments_kwargs(device)
+    kwargs = {"bf16": True} if dtype == torch.bfloat16 else {"fp16": True}
+    if device.type == "cpu":
+        kwargs["use_cpu"] = True
     args = TrainingArguments(output_dir="out", report_to="none", **kwargs)
-    print("TrainingArguments(output_dir='out', " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
-    print(f"-> bf16={args.bf16}, fp16={args.fp16}, training device: {args.device.type}")
+    print(f"{kwargs} -> bf16={args.bf16}, fp16={args.fp16}, device {args.device.type}")
     if device.type == "cpu":
         try:
             TrainingArguments(output_dir="out", report_to="none", bf16=True)
         except ValueError as err:
-            print(f"bf16=True without use_cpu=True on a CPU: ValueError: {err}")
-
-# %% [markdown]
-# Load the model in float32 as usual; the library adds autocast and, for float16, the scaler. The same single
-# setting for this device's dtype in Accelerate (your own loop) and PyTorch Lightning:
-
-# %%
+            print(f"bf16=True without use_cpu=True: {type(err).__name__}")
 for library, setting in precision.library_settings(dtype).items():
     print(f"{library:<24} {setting}")
 
 # %% [markdown]
-# One caution: transformers checks `torch.cuda.is_bf16_supported()`, which says True on a T4 because it counts
-# *emulated* bfloat16 too. transformers would accept `bf16=True` there and run slowly; choose by compute
-# capability (8.0 or higher for bfloat16), as `hardware.autocast_dtype` does.
+# Load the model in float32; the library adds autocast and the scaler. Libraries: PyTorch AMP, Hugging Face
+# Trainer and Accelerate, Lightning, Keras (mixed-precision policies), NVIDIA Transformer Engine (8-bit FP8
+# training, H100 and newer).
 #
 # ## Run it yourself
 #
-# **Two spikes in a row.** Run `precision.train_mixed_precision("float16", device=device, steps=80,
-# spike_at=(30, 31))`. Predict the final loss scale and the skipped steps, then print `log_lines(every=20)`.
+# **Two spikes in a row:** `precision.train_mixed_precision("float16", device=device, steps=80,
+# spike_at=(30, 31))`. Predict the final scale and skipped steps, then print `log_lines(every=20)`.
 #
 # <details><summary>Show the answer</summary>
 #
@@ -462,11 +441,10 @@ for library, setting in precision.library_settings(dtype).items():
 # %% [markdown]
 # ## Knowledge check
 #
-# 1. The matrix multiplies run in bfloat16. Why keep a float32 copy of the weights at all?
-# 2. Training in float16 on a T4, the loss scale drops from 65,536 to 32,768 at step 60. Is the run broken?
+# 1. The matrix multiplies run in bfloat16. Why keep float32 weights?
+# 2. In float16, the loss scale drops from 65,536 to 32,768 at step 60. Is the run broken?
 # 3. Why does bfloat16 need no loss scaling, while float16 does?
-# 4. You switch a 7-billion-parameter model with Adam from float32 to mixed precision. Does the model state
-#    (weights, gradients, optimizer) shrink?
+# 4. A 7-billion-parameter model with Adam goes from float32 to mixed precision. Does its model state shrink?
 
 # %% [markdown]
 # <details><summary>Show the answer</summary>
@@ -488,49 +466,25 @@ for library, setting in precision.library_settings(dtype).items():
 # %% [markdown]
 # ## Recap
 #
-# - Compute in 16 bits, keep the weights and the update in float32: `torch.autocast` runs matrix multiplies in
-#   bfloat16 or float16, losses (and on GPUs softmax and normalization) in float32.
-# - An update below half the gap between neighbouring numbers vanishes: for a weight of 1.0 about 0.002 in
-#   bfloat16, 0.00024 in float16, 3 × 10⁻⁸ in float32. Hence the float32 master copy.
-# - float16 overflows above 65,504 and flushes tiny gradients to zero; a loss scale moves them into range, and
-#   `GradScaler` skips a step and halves the scale on overflow. bfloat16 needs no scaling, but an Ampere or
-#   newer GPU; on a T4 use float16.
-
-# %% [markdown]
-# - Time with `torch.utils.benchmark.Timer(...).blocked_autorange()`: 16 bits pay only on 16-bit matrix units.
-#   Real training gains 2 to 3 times, not the datasheet's 15.
-# - One flag: `autocast(dtype=...)` + `GradScaler(enabled=dtype == float16)` in your loop, `bf16=True` /
-#   `fp16=True` in `TrainingArguments`, `mixed_precision="bf16"` in Accelerate, `precision="bf16-mixed"` in
-#   Lightning.
-# - The model state does not shrink: mixed precision buys speed and activation memory, not weight memory.
+# Compute in 16 bits, keep the weights and the update in float32. Training gets faster and activations take
+# half the memory.
+#
+# - Updates below half a gap vanish in 16 bits: hence the float32 master copy.
+# - float16 needs `GradScaler`; bfloat16 needs an Ampere+ GPU.
+# - Time with `Timer`: 16 bits pay only on 16-bit matrix units, such as tensor cores.
+# - One flag: `autocast` + `GradScaler(enabled=...)`, or `bf16=True`. The model state does not shrink.
 
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# ### Which ops autocast moves to 16 bits
-#
-# Autocast keeps a list per device of the ops it runs in 16 bits and the ops it keeps in float32. Here is
-# what a few typical ops return under autocast on this device:
-
-# %%
-for op, op_dtype in precision.autocast_op_dtypes(device, dtype).items():
-    print(f"{op:<16} {op_dtype}")
-
-# %% [markdown]
-# The matrix multiply is 16-bit and the losses are float32 everywhere. Softmax and layer norm depend on the
-# device: CUDA's autocast list runs them in float32 (PyTorch's "CUDA ops that can autocast to float32" include
-# `softmax`, `log_softmax` and `layer_norm`), while the CPU list leaves them in the 16-bit type of their input,
-# as printed above when this runs on a CPU. Either way, you do not choose op by op: autocast does.
-#
 # ### Matrix sizes, live
 #
 # Choose the 16-bit type and the matrix side; each change times one float32 and one 16-bit multiply with
-# `precision.time_matmul`. Small matrices cannot keep a GPU busy, so there the speed-up grows with the size.
-# On a CPU, float16 is timed only up to 256 × 256 (larger sides print why), and if the runs of a large side
-# would take more than a few seconds, a smaller side is timed and the report says so.
+# `precision.time_matmul` (the `Timer` call above). Small matrices cannot keep a GPU busy, so there the
+# speed-up grows with the size. On a CPU, float16 is timed only up to 256 × 256, and if a large side would take
+# more than a few seconds, a smaller one is timed and the report says so.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget that shows live timings.
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget that shows live timings."
 precision_widgets.matmul_widget(device=device)
 
 # %% [markdown]
@@ -541,18 +495,29 @@ precision_widgets.matmul_widget(device=device)
 # AMX-FP16, in recent Intel Xeons). oneDNN uses bfloat16 matrix instructions where they exist (AVX512-BF16, or
 # AMX, a matrix unit in Intel Xeons since the 4th generation, "Sapphire Rapids"): there bfloat16 can beat
 # float32 several times at large sizes. Where they do not exist, it converts to float32 and ends up about as
-# fast as float32 or slower.
+# fast as float32 or slower. Everything else falls back to a generic loop, tens to hundreds of times slower
+# than float32: float16 on most CPUs, and bfloat16 on CPUs without AVX-512 (many laptops). Which instructions
+# does this machine have? (The flags are read on Linux.)
 
-# %% [markdown] slide="notes"
-# Everything else falls back to a generic loop, tens to hundreds of times slower than
-# float32: float16 on most CPUs, and bfloat16 on CPUs without AVX-512 (many laptops). That is why the timing
-# above uses small matrices on a CPU. Which instructions does this machine have? (The flags are read on Linux.)
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the instructions and kernels of a CPU differ from machine to machine.
+# %% tags=["nbval-ignore-output"] nbval_reason="the instructions and kernels of a CPU differ from machine to machine."
 import os
 
 print("PyTorch's CPU kernels use:", torch.backends.cpu.get_cpu_capability())
 flags = set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
 for flag in ("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"):
     print(f"{flag:<12} {'yes' if flag in flags else 'no'}")
+
+# %% [markdown]
+# ### Autocast's op lists
+#
+# Autocast keeps, per device, a list of ops it runs in 16 bits (matrix multiplies, convolutions, attention) and
+# a list it runs in float32; every other op runs in the type of its input. PyTorch's "Automatic Mixed
+# Precision" page prints both lists: the CUDA float32 list includes `softmax`, `log_softmax`, `layer_norm`,
+# `group_norm` and the losses; the CPU float32 list is mostly losses. This is why the softmax line above
+# differs between a CPU and a GPU.
+#
+# ### transformers and a T4
+#
+# transformers checks `torch.cuda.is_bf16_supported()`, which says True on a T4 because it counts *emulated*
+# bfloat16 too. It would accept `bf16=True` there and run slowly; choose by compute capability (8.0 or higher
+# for bfloat16), as `hardware.autocast_dtype` does.

@@ -1,83 +1,70 @@
 # %% [markdown]
 # # Gradient accumulation: several trips
 #
-# Your GPU's memory is a backpack. When the batch you want does not fit, make several smaller trips and add
-# up what each one brings back. Gradient accumulation runs a big batch as a series of micro-batches and
-# updates the weights once, with the same gradient the big batch would give.
+# When the batch you want does not fit in GPU memory, carry it in smaller trips. Gradient accumulation runs it
+# as **micro-batches** (slices that fit), adds up their gradients and updates the weights once.
 #
-# **What you will be able to do**
+# **You will be able to**
 # - compute *effective batch = micro-batch × accumulation steps × GPUs*;
-# - show that four micro-batches give the gradient of one big batch, and spot the bug that makes it 4× too big;
-# - measure what a smaller micro-batch saves (activation memory) and what it costs (time);
-# - avoid the padding trap that silently changes the gradient of language models;
-# - write the loop yourself and switch it on in the Hugging Face `Trainer`.
+# - show that four micro-batches give one big batch's gradient, and spot the bug that makes it 4× too big;
+# - say what a smaller micro-batch saves (memory) and costs (time), and avoid the padding trap;
+# - write the loop in PyTorch and in the Hugging Face `Trainer`.
 #
-# Running every cell takes about a minute on a laptop CPU; no GPU needed.
+# Runs on a laptop CPU; no GPU needed.
 
 # %% [setup]
 
 # %% [markdown]
 # ## Why accumulate gradients?
 #
-# Bigger batches average the gradient over more examples, so each update is less noisy and training is
-# steadier. Many published recipes assume a batch of 64, 256 or more. But a training step keeps every layer's
-# **activations** in memory until the backward pass has used them, and that memory grows with the number of
-# examples in the batch. The weights, their gradients and the optimizer's state do not depend on the batch
-# size; the activations do. So the batch you want may simply not fit on your GPU.
+# A bigger batch averages the gradient over more examples: steadier training. But training keeps every layer's
+# **activations** (its outputs, needed again by the backward pass) in memory, and they grow with the batch;
+# weights, gradients and optimizer state do not. So the batch a recipe asks for may not fit on your GPU.
 
 # %% [markdown]
 # ## How it works
 #
-# 1. Split the batch you want into **micro-batches** that fit: a batch of 64 becomes 4 micro-batches of 16.
-# 2. Run forward and backward on each micro-batch in turn. PyTorch does not overwrite `.grad`: it **adds** each
-#    new gradient to it. Divide each micro-batch's loss by 4, so that the sum of four gradients becomes their
-#    average.
-# 3. After the 4th micro-batch, step the optimizer once and reset the gradients to zero.
+# 1. Split the batch into micro-batches that fit: a batch of 64 becomes 4 micro-batches of 16.
+# 2. Run forward and backward on each. PyTorch **adds** each gradient into `.grad`; divide each loss by 4, so
+#    the sum becomes the average.
+# 3. After the 4th, step the optimizer once and reset the gradients to zero.
 #
-# Only one micro-batch's activations are alive at a time: the memory of a batch of 16, the update of a batch
-# of 64.
-
-# %% [markdown]
-# With several GPUs, each holding a copy of the model (data parallelism, the next module's topic), every GPU
-# does this on its own share of the batch. On Colab or a laptop, GPUs = 1.
+# One micro-batch's activations are alive at a time: the memory of 16 examples, the update of 64.
 #
 # $$\text{effective batch} = \underbrace{\text{micro-batch}}_{\text{what fits in memory}} \times
 # \underbrace{\text{accumulation steps}}_{\text{micro-batches per update}} \times
 # \underbrace{\text{GPUs}}_{\text{data-parallel copies}}$$
 #
-# The helpers in `course_utils.accumulation` do this arithmetic and refuse sizes that cannot work.
+# Data parallelism (next module) gives each GPU a model copy and a share of the batch; with one GPU, the factor
+# is 1.
+
+# %%
+print("micro-batch  steps  GPUs  effective batch")
+for micro, steps, gpus in [(16, 4, 1), (4, 16, 1), (2, 8, 1), (16, 4, 2)]:
+    print(f"{micro:>11}  {steps:>5}  {gpus:>4}  {micro * steps * gpus:>15}")
+
+# %% [markdown]
+# The micro-batch must divide the batch: with 24, the last trip's 16 examples would weigh more than the others.
+# The course's helper refuses such sizes:
 
 # %%
 from course_utils import accumulation as acc
 
-print("16 x 4 on one GPU:  ", acc.effective_batch_size(16, accumulation_steps=4))
-print("4 x 16 on one GPU:  ", acc.effective_batch_size(4, accumulation_steps=16))
-print("2 x 8 on one GPU:   ", acc.effective_batch_size(2, accumulation_steps=8))
-print("16 x 4 on 2 GPUs:   ", acc.effective_batch_size(16, accumulation_steps=4, world_size=2))
-print("steps for 64 with micro-batches of 16:", acc.accumulation_steps_for(64, micro_batch_size=16))
-print("steps per GPU for 64 on 2 GPUs:       ", acc.accumulation_steps_for(64, micro_batch_size=16, world_size=2))
-
-# %% [markdown]
-# Sizes that cannot split evenly get a clear error instead of a silently wrong gradient: a micro-batch of 24
-# would leave 16 examples in a smaller last trip, weighted more than the others.
-
-# %%
-for micro in (0, 24):
-    try:
-        acc.accumulation_steps_for(64, micro_batch_size=micro)
-    except ValueError as err:
-        print(f"micro_batch_size={micro}: ValueError: {err}")
+print("steps for 64 in micro-batches of 16:", acc.accumulation_steps_for(64, micro_batch_size=16))
+try:
+    acc.accumulation_steps_for(64, micro_batch_size=24)
+except ValueError as err:
+    print("micro-batch 24: ValueError:", err)
 
 # %% [markdown]
 # ### Your turn: how many trips?
 #
-# A recipe asks for an effective batch of 48 on one GPU; your GPU fits micro-batches of 8.
+# A recipe wants an effective batch of 48; your one GPU fits micro-batches of 8.
 #
-# 1. `steps`: how many accumulation steps do you need?
-# 2. A colleague's loop uses micro-batches of 10 instead. It runs five trips (10, 10, 10, 10 and 8 examples),
-#    takes each trip's **mean** loss and divides it by 5. In the big batch every example weighs 1/48. What
-#    weight does one example of the last trip (8 examples) get? Write `last_trip_weight` as a fraction
-#    such as `1 / 7`.
+# 1. `steps`: how many accumulation steps?
+# 2. A colleague uses micro-batches of 10: trips of 10, 10, 10, 10 and 8 examples, each trip's **mean** loss
+#    divided by 5. In the big batch every example weighs 1/48. What does one example of the last trip weigh?
+#    Write `last_trip_weight` as a fraction such as `1 / 7`.
 
 # %%
 from course_utils.exercises.accumulation import check_batch_loss, check_trips
@@ -95,22 +82,10 @@ check_trips(steps, last_trip_weight)
 #    `acc.accumulation_steps_for(48, 10)` raises a `ValueError`. Pick a micro-batch that divides 48, or divide
 #    each trip's *summed* loss by 48 (the padding fix below).
 #
-# To see 6 trips of 8 give the gradient of the batch of 48 on a bigger model (the sweep's MLP, below):
-#
-# ```python
-# from course_utils.digits import make_mlp
-#
-# model = make_mlp(**acc.SWEEP_MLP)  # 256 inputs, three hidden layers of 512 with GELU, one output
-# x, y = acc.regression_batch(48)
-# full = acc.full_batch_gradients(model, x, y)
-# accumulated = acc.accumulated_gradients(model, x, y, micro_batch_size=8)
-# print(acc.compare_gradients(full, accumulated))  # same gradient: True, size ratio: 1.00
-# ```
-#
 # </details>
 
 # %% [markdown]
-# ### The check: four trips, one gradient
+# ### Check it: four trips, one gradient
 #
 # One batch of 64 against four micro-batches of 16, on the smallest model there is: a linear layer from 10
 # numbers to 1, with the mean squared error as the loss.
@@ -136,50 +111,35 @@ for xb, yb in zip(x.chunk(accumulation_steps), y.chunk(accumulation_steps)):
 
 print("same gradient:", torch.allclose(full_batch_grad, model.weight.grad))
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the last digits of a rounding difference depend on the CPU and its maths library.
+# %% tags=["nbval-ignore-output"] nbval_reason="the last digits of a rounding difference depend on the CPU and its maths library."
 print(f"largest difference: {(full_batch_grad - model.weight.grad).abs().max():.1e}")
 
 # %% [markdown]
-# The same gradient, up to a difference around $10^{-7}$ or smaller, whose digits change from one processor to
-# another. float32 rounds every addition, and the two ways add the same numbers in a different order ("Going
-# deeper" at the end shows why that matters). That is why the check uses `torch.allclose` (equal up to a small
-# tolerance) rather than `==`.
+# `torch.allclose` (equal within a small tolerance) says yes. The tiny difference is float32 rounding, which
+# varies between processors ("Going deeper" shows why): compare the yes/no, not the digits.
 #
-# **Predict before you run:** what happens if you forget to divide each micro-batch's loss by 4? Will the
-# gradient be a little off, or off by a fixed factor? Decide, then run the cell.
+# **Predict before you run:** you forget to divide each loss by 4. A little off, or off by a fixed factor?
 
 # %%
-model, x, y = acc.linear_example()  # the same model and data as above (torch.manual_seed(0))
-full = acc.full_batch_gradients(model, x, y)
-forgot = acc.accumulated_gradients(model, x, y, micro_batch_size=16, divide=False)
-check = acc.compare_gradients(full, forgot)
-print(f"same gradient: {check.same}")
-print(f"size compared with the full batch's gradient: {check.norm_ratio:.2f}x")
+model.zero_grad()
+for xb, yb in zip(x.chunk(accumulation_steps), y.chunk(accumulation_steps)):
+    loss_fn(model(xb), yb).backward()  # the bug: no "/ accumulation_steps"
+
+print("same gradient:", torch.allclose(full_batch_grad, model.weight.grad))
+print(f"size against the full batch's gradient: {model.weight.grad.norm() / full_batch_grad.norm():.2f}x")
 
 # %% [markdown]
-# Exactly 4× too large: without the division, `.grad` holds the **sum** of four averages instead of their
-# average. With plain SGD that is a learning rate 4× too high.
-
-# %% [markdown] slide="notes"
-# With Adam the damage is subtler. Adam divides each gradient by its own running size, so a constant factor
-# mostly cancels; but gradient clipping then sees a norm 4× too large and clips far harder than intended, and
-# the bug changes as soon as you change the number of steps.
+# Exactly 4× too large: `.grad` holds the **sum** of four averages. With plain SGD that is a learning rate 4×
+# too high; with gradient clipping (capping the gradient's size), clipping 4× too hard.
 
 # %% [markdown]
 # ## Interactive demo: a batch of 64 on a GPU that fits 16
 #
-# Now a model with real activations: a small multilayer perceptron (256 inputs, three hidden layers of 512
-# with GELU, one output). We run the same batch of 64 at every micro-batch size from 1 to 64, and for each:
+# A model with real activations: a multilayer perceptron (256 inputs, three hidden layers of 512, one output).
+# The sweep runs one batch of 64 at micro-batch sizes 1 to 64: steps, gradient check, **activation memory** of
+# one micro-batch, **time** for all 64 examples.
 #
-# - the **accumulation steps** needed to reach 64, and whether the gradient is still the batch's;
-# - the **activation memory** of one micro-batch: on a GPU, the memory CUDA holds after its forward pass; on a
-#   CPU, the bytes autograd saves for the backward pass (the cell says which);
-# - the **wall time** to push all 64 examples through forward and backward.
-
-# %% [markdown]
-# **Predict before you run:** going from micro-batches of 64 down to 1, what happens to the activation memory?
-# To the time? By roughly how much?
+# **Predict before you run:** from micro-batches of 64 down to 1, what happens to memory? To time?
 
 # %%
 from course_utils.progress import status
@@ -190,38 +150,35 @@ print("activation memory measured as:", rows[0].memory_what)
 print(acc.sweep_table(rows, measured=False))
 print(acc.proportion_check(rows))
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: rounding digits, memory and times depend on the machine.
-print(acc.sweep_table(rows))
-
 # %% [markdown]
-# Every micro-batch size gives the batch-of-64 gradient. Now the trade-off as a chart. Pretend the GPU has
-# room for the activations of 16 examples (the dashed line).
+# Every size gives the batch's gradient. Now the costs, measured here. The dashed line: a pretend GPU with room
+# for 16 examples' activations.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the chart and its numbers are measured on this machine.
+# %% tags=["nbval-ignore-output"] nbval_reason="memory and times are measured on this machine."
 from course_utils.plots import plt
-from course_utils.plots.accumulation import describe_micro_batch_sweep, plot_micro_batch_sweep
+from course_utils.plots.accumulation import plot_micro_batch_sweep
 
 budget = acc.find_row(rows, 16).activation_bytes  # the pretend GPU: room for 16 examples' activations
 plot_micro_batch_sweep(rows, highlight=16, budget_bytes=budget)
 plt.show()
-print(describe_micro_batch_sweep(rows, budget_bytes=budget))
+print(acc.sweep_table(rows))
 
 # %% [markdown]
-# **Text description of the chart.** Two panels share a horizontal axis: the micro-batch size, 1 to 64, on a
-# doubling scale. Left: the activation memory of one micro-batch, on a log scale, a straight line that doubles
-# with every doubling of the micro-batch (counted on a CPU, 13.3 KB per example: the input, each hidden layer's
-# output before and after GELU, the output and the target, in float32). A dashed line marks the room on the
-# pretend GPU: sizes 1 to 16 sit on or under it, 32 and 64 above. Right: the time for all 64 examples, on a
-# log scale, falling steeply as the micro-batches grow, then flattening. The values are printed under the chart.
+# **Text description of the chart.** Two panels; horizontal axis: micro-batch size, 1 to 64, doubling. Left:
+# activation memory of one micro-batch (log scale), a straight line doubling with the micro-batch; sizes 1 to
+# 16 sit under the dashed line, 32 and 64 above. Right: time for all 64 examples (log scale), falling steeply as
+# micro-batches grow, then flattening. The table gives the values.
 
 # %% [markdown]
-# Try it live: the slider picks a micro-batch size and shows its numbers against the full batch. It reuses
-# the measurements above, so moving it is instant (it needs a running notebook with widgets).
+# **On a GPU the time gap is wider.** This sweep runs on one CPU core; small micro-batches mostly pay each
+# trip's fixed cost (Python, one call per layer). A GPU is fast only on big matrices: an NVIDIA T4 has 2,560
+# CUDA cores and 320 tensor cores (65 trillion fp16 operations a second, datasheet); one example leaves most
+# of them idle.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: a widget view, which nbval cannot render.
+# %% [markdown]
+# Try it live: pick a micro-batch size (reuses the measurements above; needs a running notebook).
+
+# %% tags=["nbval-ignore-output"] nbval_reason="a widget view, which nbval cannot render."
 from course_utils.widgets.accumulation import micro_batch_widget
 
 micro_batch_widget(rows, budget_bytes=budget, value=16)
@@ -230,81 +187,167 @@ micro_batch_widget(rows, budget_bytes=budget, value=16)
 # ## Benefits and trade-offs
 #
 # **Benefits**
-# - A big effective batch on a small GPU: the pretend GPU above runs the batch of 64 as 4 trips of 16.
-# - The same gradient as the big batch, up to rounding in the last digits (as the sweep showed at every size).
-# - One setting in most libraries (`gradient_accumulation_steps` in the Hugging Face `Trainer`).
+# - A big effective batch on a small GPU: the pretend GPU runs 64 as 4 trips of 16.
+# - The same gradient as the big batch, up to tiny rounding differences.
+# - One setting in most libraries.
 #
 # **Trade-offs**
-# - **Slower than a real big batch.** Small micro-batches keep the hardware less busy, and every trip pays its
-#   own fixed overheads: look at the time column. On a GPU the gap is larger still, because a GPU needs big
-#   matrices to fill its cores.
+# - **Slower than a real big batch**: same arithmetic, but small micro-batches keep the hardware less busy.
 # - **Only activation memory shrinks.** Weights, gradients and optimizer states stay the same size.
-
-# %% [markdown]
-# - **Fewer updates per epoch**: 4× fewer with 4 accumulation steps. Tune the learning rate for the effective
-#   batch size (see the note in "In practice").
-# - Layers that look at the whole batch, such as **batch normalization**, see one micro-batch at a time, so
-#   their statistics differ from the big batch's. Transformers use layer normalization, which is per example.
+# - **Fewer updates per epoch**: tune the learning rate for the effective batch size.
+# - **Batch normalization** (normalizing with the batch's statistics) sees one micro-batch at a time;
+#   transformers' layer normalization works per example.
 
 # %% [markdown] slide="notes"
-# A common claim, checked: with `per_device_train_batch_size=4` and `gradient_accumulation_steps=16`, an
-# optimizer step takes about 16× as long as a step on a batch of 4 (it processes 16× the examples). It does
-# *not* cost 16× the compute of a batch of 64: the work is the same; only the hardware's efficiency drops.
+# A common claim: `per_device_train_batch_size=4` with `gradient_accumulation_steps=16` costs "16× compute per
+# step". It takes about 16× a batch of 4's time, but the work equals a batch of 64's; only efficiency drops.
 
 # %% [markdown]
 # ## In practice
 #
+# ### The loop
+#
+# 256 examples of 10 numbers, loaded in micro-batches of 16; one optimizer step every 4. Each update prints the
+# sum of its four divided losses: the effective batch's loss.
+
+# %%
+from torch.utils.data import DataLoader
+
+data = acc.regression_dataset(256)
+loader = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
+model = acc.TinyRegressor().net  # 10 -> 32 -> 1, the same starting weights every time
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+accumulation_steps = 4  # 4 micro-batches of 16 = an effective batch of 64
+update_loss = 0.0
+for step, (x, y) in enumerate(loader):  # the loader yields micro-batches of 16
+    loss = loss_fn(model(x), y) / accumulation_steps
+    loss.backward()                     # gradients add up in .grad
+    update_loss += loss.item()
+    if (step + 1) % accumulation_steps == 0:
+        optimizer.step()                # one update per 64 examples
+        optimizer.zero_grad()
+        print(f"update {(step + 1) // accumulation_steps}: loss {update_loss:.3f}")
+        update_loss = 0.0
+
+# %% [markdown]
+# Really a batch of 64? Train a copy on real batches of 64, same order and learning rate, and compare:
+
+# %%
+model_big = acc.TinyRegressor().net  # the same starting weights
+optimizer = torch.optim.SGD(model_big.parameters(), lr=0.05)
+for x, y in DataLoader(data, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)):
+    loss_fn(model_big(x), y).backward()  # one batch of 64 per update
+    optimizer.step()
+    optimizer.zero_grad()
+
+print("same weights after 4 updates:", acc.same_weights(model, model_big))
+
+# %% [markdown]
+# ### The same in the Hugging Face `Trainer`
+#
+# One setting: `per_device_train_batch_size` is the micro-batch, `gradient_accumulation_steps` the micro-batches
+# per update. The `Trainer` divides the loss, steps every 4 micro-batches and logs the loss. Four updates, each
+# way:
+
+# %%
+import tempfile
+
+from course_utils.quiet import quiet_libraries
+
+with quiet_libraries():  # no library warnings or progress bars in this block
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    def train_hf(micro_batch_size, accumulation_steps):
+        args = TrainingArguments(
+            output_dir=tempfile.mkdtemp(),
+            per_device_train_batch_size=micro_batch_size,    # the micro-batch: what fits in memory
+            gradient_accumulation_steps=accumulation_steps,  # effective batch: micro-batch x steps, per GPU
+            logging_steps=1,                                 # log the loss after every update
+            max_steps=4, learning_rate=0.05, lr_scheduler_type="constant",
+            save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
+        )
+        model = acc.TinyRegressor()  # the same network; forward(x, labels) returns {"loss": ...}
+        trainer = Trainer(model=model, args=args, train_dataset=acc.DictDataset(data))
+        trainer.remove_callback(PrinterCallback)  # keep the log lines (and their run times) off the output
+        trainer.train()
+        return model, torch.tensor([log["loss"] for log in trainer.state.log_history if "loss" in log])
+
+    model_hf_acc, losses_acc = train_hf(16, accumulation_steps=4)
+    model_hf_big, losses_big = train_hf(64, accumulation_steps=1)
+
+print("16 x 4 losses:", [round(v, 2) for v in losses_acc.tolist()])
+print("64 x 1, same losses:", torch.allclose(losses_acc, losses_big), " same weights:",
+      acc.same_weights(model_hf_acc, model_hf_big))
+
+# %% [markdown]
+# **Libraries**: plain PyTorch (the loop above), the Hugging Face `Trainer` (`gradient_accumulation_steps`),
+# Accelerate (`accelerator.accumulate(model)`), PyTorch Lightning (`accumulate_grad_batches`) and DeepSpeed
+# (`gradient_accumulation_steps`).
+
+# %% [markdown]
 # ### The padding trap: count tokens, not micro-batches
 #
-# Language models average the loss over **tokens**, not over sequences. Sequences have different lengths and
-# are padded to the longest one in their micro-batch; padding positions carry the label −100 and add no loss.
-# Then micro-batches can hold very different numbers of real tokens. Here is a batch of four sequences of 30,
-# 28, 4 and 2 tokens, split into two micro-batches of two sequences:
+# Language models average the loss over **tokens** (word pieces). Sequences are padded to the longest in their
+# micro-batch; padding carries the label −100 and adds no loss. So micro-batches can hold very different numbers
+# of real tokens. Sequences of 30, 28, 4 and 2 tokens, in two micro-batches of two:
 
 # %%
-tokens, labels = acc.padded_token_batch(lengths=(30, 28, 4, 2))
-model = acc.TinyTokenModel()  # an embedding and a linear head: enough to have a loss per token
-print("tokens per micro-batch:", acc.tokens_per_micro_batch(labels, micro_batch_size=2))
+import torch.nn.functional as F
+
+tokens, labels = acc.padded_token_batch(lengths=(30, 28, 4, 2))  # padding: token 0, label -100
+token_model = acc.TinyTokenModel()  # an embedding and a linear head: one loss per token
+
+
+def token_loss(tokens, labels, reduction):
+    """Cross-entropy over the real tokens: positions labelled -100 are skipped."""
+    logits = token_model(tokens)
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction=reduction)
+
+
+def take_gradients():
+    grads = [p.grad.clone() for p in token_model.parameters()]
+    token_model.zero_grad()
+    return grads
+
+
+token_loss(tokens, labels, "mean").backward()  # the big batch: the mean over all its real tokens
+big_batch = take_gradients()
+print("real tokens per micro-batch:", [int((lb != -100).sum()) for lb in labels.chunk(2)])
 
 # %% [markdown]
-# **Predict before you run:** the usual loop takes each micro-batch's mean token loss and divides it by the
-# number of micro-batches. Does that give the big batch's gradient here?
+# **Predict before you run:** each micro-batch's mean token loss, divided by the number of micro-batches. Does
+# that give the big batch's gradient here?
 
 # %%
-full = acc.token_gradients(model, tokens, labels, micro_batch_size=4)  # one micro-batch = the big batch
-naive = acc.token_gradients(model, tokens, labels, micro_batch_size=2, normalize="micro_mean")
-print("mean of micro-batch means, same gradient:", acc.compare_gradients(full, naive).same)
+for tb, lb in zip(tokens.chunk(2), labels.chunk(2)):
+    (token_loss(tb, lb, "mean") / 2).backward()  # mean per micro-batch, / 2 micro-batches
+
+naive = take_gradients()
+print("naive, same gradient:", all(torch.allclose(a, b) for a, b in zip(big_batch, naive)))
 
 # %% [markdown]
-# No. The big batch gives each of the 64 tokens a weight of 1/64. The naive way gives each micro-batch half
-# the weight, whatever it holds, so each of the 58 tokens of the first micro-batch gets 1/116 and each of the
-# 6 tokens of the second gets 1/12: almost ten times more. The short sequences dominate the update.
+# No. The big batch weighs each of its 64 tokens 1/64. The naive loop gives each micro-batch half the weight:
+# its 58 tokens get 1/116 each, the other 6 get 1/12, ten times more. Short sequences dominate.
 #
-# **The fix**: add up the token losses of each micro-batch and divide by the number of real tokens in the
-# **whole** batch, counted before the first micro-batch runs.
+# **The fix**: sum each micro-batch's token losses and divide by the real tokens of the **whole** batch.
 
 # %%
-fixed = acc.token_gradients(model, tokens, labels, micro_batch_size=2, normalize="total_tokens")
-print("sum of token losses / all tokens, same gradient:", acc.compare_gradients(full, fixed).same)
+n_tokens = int((labels != -100).sum())  # all the batch's real tokens: 64
+for tb, lb in zip(tokens.chunk(2), labels.chunk(2)):
+    (token_loss(tb, lb, "sum") / n_tokens).backward()  # sum per micro-batch, / all real tokens
 
-counts = acc.tokens_per_micro_batch(labels, micro_batch_size=2)   # [58, 6]
-naive_weights = [1 / (len(counts) * n) for n in counts]            # mean per trip, then / number of trips
-fixed_weights = [1 / sum(counts)] * len(counts)                    # every token: 1 / all tokens
-print("weight of one token in each micro-batch, naive:", [round(w, 4) for w in naive_weights])
-print("weight of one token in each micro-batch, fixed:", [round(w, 4) for w in fixed_weights])
+fixed = take_gradients()
+print("fixed, same gradient:", all(torch.allclose(a, b) for a, b in zip(big_batch, fixed)))
 
 # %% [markdown]
-# The Hugging Face `Trainer` knows this trap: for models whose `forward` accepts `num_items_in_batch` (its
-# causal language models do), it counts the label tokens of all the micro-batches of an update and passes that
-# count in, so the model divides by it. In your own loop you do it yourself. With the same number of real
-# tokens in every micro-batch (no padding, or packed sequences) the naive way is exact.
-
-# %% [markdown]
+# With equal real-token counts (no padding, or sequences packed end to end) the naive loop is exact.
+#
 # ### Your turn: the batch's loss from its micro-batches
 #
-# Your loop logs each micro-batch's **mean** token loss and its number of real tokens. Write `batch_loss`, which
-# returns the loss the big batch would report: the mean over all its real tokens. For example, means
-# `[2.0, 4.0]` over `[1, 3]` tokens give 3.5. The check also tries it on the padded batch above.
+# Your loop logs each micro-batch's **mean** token loss and its real-token count. Write `batch_loss`: the big
+# batch's loss, the mean over all its real tokens. Means `[2.0, 4.0]` over `[1, 3]` tokens give 3.5.
 
 # %%
 def batch_loss(mean_losses, token_counts):
@@ -325,114 +368,9 @@ check_batch_loss(batch_loss)
 #
 # `sum(mean_losses) / len(mean_losses)` is the padding trap (it gives 3.0 on the example); `sum(mean_losses)`
 # forgets the division. Because the gradient follows the loss, this is also the fix for training: micro-batch
-# *i* back-propagates `mean_i * n_i / total_tokens`, which is its summed token loss divided by the batch's
-# token count.
+# *i* back-propagates `mean_i * n_i / total_tokens`, its summed token loss divided by the batch's token count.
 #
 # </details>
-
-# %% [markdown]
-# ### The loop
-#
-# A real training loop on a small regression problem (256 examples, 10 features). The data loader yields
-# micro-batches of 16; the optimizer steps once every 4 of them, so once per 64 examples. It prints the loss
-# once per update: the average over that update's four micro-batches, the loss of the effective batch.
-
-# %%
-from torch.utils.data import DataLoader
-
-data = acc.regression_dataset(256)
-loader = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
-model = acc.TinyRegressor().net  # 10 -> 32 -> 1, fixed starting weights
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-
-accumulation_steps = 4  # 4 micro-batches of 16 = an effective batch of 64
-update_loss = 0.0
-for step, (xb, yb) in enumerate(loader):
-    loss = loss_fn(model(xb), yb) / accumulation_steps
-    loss.backward()                      # gradients add up in .grad
-    update_loss += loss.item()           # the divided losses add up to the batch's average loss
-    if (step + 1) % accumulation_steps == 0:
-        optimizer.step()                 # one update per 64 examples
-        optimizer.zero_grad()
-        print(f"update {(step + 1) // accumulation_steps}: loss {update_loss:.3f}")
-        update_loss = 0.0
-
-# %% [markdown]
-# 256 examples make 16 micro-batches and 4 updates. Is this really training with a batch of 64? Train a second
-# copy of the model with a real batch of 64 (same data order, same learning rate) and compare the weights.
-# `acc.train_with_accumulation` is the loop above as a function.
-
-# %%
-def train(micro_batch_size, accumulation_steps):
-    loader = DataLoader(data, batch_size=micro_batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))
-    model = acc.TinyRegressor().net
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = acc.train_with_accumulation(model, loader, optimizer, accumulation_steps)
-    return model, [round(v, 3) for v in losses]
-
-model_acc, losses_acc = train(16, accumulation_steps=4)
-model_big, losses_big = train(64, accumulation_steps=1)
-print("16 x 4 losses:", losses_acc)
-print("64 x 1 losses:", losses_big)
-print("same weights after 4 updates:", acc.same_weights(model_acc, model_big))
-
-# %% [markdown]
-# ### The same in the Hugging Face `Trainer`
-#
-# One setting: `per_device_train_batch_size` is the micro-batch, what fits in memory, and
-# `gradient_accumulation_steps` is the number of micro-batches per update. The `Trainer` divides the loss,
-# steps the optimizer every 4 micro-batches and logs one loss per update. The model only has to take the
-# inputs and `labels` and return a `loss`. Four real optimizer steps on the CPU, for each of two settings:
-
-# %%
-import tempfile
-
-from course_utils import progress
-from course_utils.quiet import quiet_libraries
-
-with quiet_libraries():  # no progress bars, warnings or info logs on stderr inside this block; restored after
-    from transformers import TrainingArguments
-
-    def trainer_args(micro_batch_size, accumulation_steps):
-        return TrainingArguments(
-            output_dir=tempfile.mkdtemp(),
-            per_device_train_batch_size=micro_batch_size,     # the micro-batch: what fits in memory
-            gradient_accumulation_steps=accumulation_steps,   # micro-batches per optimizer step
-            max_steps=4, learning_rate=0.01, lr_scheduler_type="constant", logging_steps=1,
-            save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
-        )
-
-    hf_data = acc.DictDataset(data)  # yields {"x": ..., "labels": ...}
-    model_hf_acc, model_hf_big = acc.TinyRegressor(), acc.TinyRegressor()
-    with progress.steps("Training with the Trainer", total=2) as run:
-        run("micro-batches of 16, gradient_accumulation_steps=4")
-        args_acc = trainer_args(16, 4)
-        log_acc = acc.train_with_trainer(args_acc, model_hf_acc, hf_data)
-        run("one batch of 64, gradient_accumulation_steps=1")
-        log_big = acc.train_with_trainer(trainer_args(64, 1), model_hf_big, hf_data)
-print("effective batch of the first run:", acc.effective_batch_size(
-    args_acc.per_device_train_batch_size, args_acc.gradient_accumulation_steps, args_acc.world_size))
-for (update, loss_a), (_, loss_b) in zip(log_acc, log_big):
-    print(f"update {update}: loss {loss_a:.3f} (16 x 4)   {loss_b:.3f} (64 x 1)")
-print("same weights:", acc.same_weights(model_hf_acc, model_hf_big))
-
-# %% [markdown]
-# **A note on the learning rate.** Accumulating up to the batch a recipe was tuned for needs no change: the
-# gradient is the same, as the runs above show. But if accumulation lets you *grow* the batch (say from 16 to
-# 64), you now make 4× fewer updates per epoch, each averaged over more examples, and the old learning rate
-# is probably too small. Common starting points are to scale it with the batch (the "linear" rule, usual for
-# SGD) or with its square root (often used with Adam); then tune it, with a warm-up, on a short run.
-
-# %%
-for rule in ("linear", "sqrt"):
-    print(f"{rule:>6} rule, 2e-4 tuned at batch 16, now batch 64: start from "
-          f"{acc.scale_learning_rate(2e-4, base_batch=16, new_batch=64, rule=rule):.0e}")
-
-# %% [markdown]
-# **Libraries**: plain PyTorch (the few lines of the loop above), the Hugging Face `Trainer`
-# (`gradient_accumulation_steps`), Accelerate (`accelerator.accumulate(model)`, which also handles the
-# multi-GPU details for you), PyTorch Lightning (`accumulate_grad_batches`) and DeepSpeed
-# (`gradient_accumulation_steps`).
 
 # %% [markdown]
 # ## Knowledge check
@@ -469,7 +407,7 @@ for rule in ("linear", "sqrt"):
 #
 # </details>
 #
-# **4.** Four micro-batches of 16 take longer than one batch of 64 although the arithmetic is the same. Why?
+# **4.** Four micro-batches of 16 take longer than one batch of 64, with the same arithmetic. Why?
 #
 # <details><summary>Show the answer</summary>
 #
@@ -487,31 +425,26 @@ for rule in ("linear", "sqrt"):
 # | Quantization | How numbers are stored | Less memory, faster inference | Some quality loss |
 # | Mixed precision | The precision of the maths | Faster training, less activation memory | Numerical care: loss scaling and the right GPU |
 # | Gradient accumulation | When the weights are updated | Big batches on a small GPU | Slower than a real big batch |
-
-# %% [markdown]
-# Each trick buys one thing by paying with another: memory, speed, quality or money. None is the best in
-# general. So the useful question is not "which trick is best?" but "what is my bottleneck, and what am I
-# willing to give up to remove it?" Out of memory because of activations, and time to spare: accumulate.
+#
+# Every trick trades memory, speed, quality or cost, so none is best. Ask: what is my bottleneck, and what will
+# I trade to remove it? Out of activation memory, with time to spare: accumulate.
 
 # %% [markdown]
 # ## Recap
 #
-# - Gradient accumulation runs a batch as micro-batches, lets `.grad` add up their gradients, divides each loss
-#   by the number of micro-batches, and steps once. *Effective batch = micro-batch × accumulation steps × GPUs.*
-# - The gradient is the big batch's, up to float32 rounding (about $10^{-7}$, machine-dependent). Forgetting
-#   the division makes it exactly 4× too large.
-# - Only activation memory shrinks, in proportion to the micro-batch; time grows as the micro-batches shrink.
-# - With padding, divide summed token losses by the batch's total token count, not micro-batch means by the
-#   number of micro-batches.
-# - In the Hugging Face `Trainer` it is one setting, `gradient_accumulation_steps`. Growing the effective
-#   batch means fewer updates: revisit the learning rate.
+# - Micro-batches, gradients added in `.grad`, each loss divided by the steps, one update.
+#   *Effective batch = micro-batch × accumulation steps × GPUs.* Forget the division: a gradient 4× too large.
+# - Big-batch stability with small-batch memory; the cost is time, as the micro-batches run one after another.
+# - With padding, divide summed token losses by the batch's real-token count.
+# - In the `Trainer`: `gradient_accumulation_steps`. A bigger effective batch: revisit the learning rate.
 
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# Three topics for after class: why "the same" gradient differs in its last digits, how the sweep measured
-# memory and time, and a preview of the next module: accumulation on several GPUs with PyTorch's distributed
-# data parallel (DDP), checked here with two processes on the CPU.
+# For after class: why "the same" gradient differs in its last digits, the learning rate for a bigger batch,
+# how the `Trainer` handles padded batches, how the sweep measured memory and time, and a preview of the next
+# module: accumulation on several GPUs with PyTorch's distributed data parallel (DDP), checked here with two
+# processes on the CPU.
 #
 # ### Why the last digits differ
 #
@@ -526,7 +459,25 @@ print("(a + b) + c =", ((a + b) + c).item())
 print("a + (b + c) =", (a + (b + c)).item(), " <- 1 is lost: -1e8 + 1 rounds back to -1e8")
 
 # %% [markdown]
-# So compare the yes/no answer of `allclose`, never the last digits.
+# ### The learning rate for a bigger batch
+#
+# Accumulating up to the batch a recipe was tuned for needs no change: the gradient is the same, as the runs
+# above show. But if accumulation lets you *grow* the batch (say from 16 to 64), you make 4× fewer updates per
+# epoch, each averaged over more examples, and the old learning rate is probably too small. Common starting
+# points scale it with the batch (the "linear" rule, usual for SGD) or with its square root (often used with
+# Adam); then tune it, with a warm-up, on a short run.
+
+# %%
+for rule in ("linear", "sqrt"):
+    print(f"{rule:>6} rule, 2e-4 tuned at batch 16, now batch 64: start from "
+          f"{acc.scale_learning_rate(2e-4, base_batch=16, new_batch=64, rule=rule):.0e}")
+
+# %% [markdown]
+# ### Padded batches in the `Trainer`
+#
+# For models whose `forward` accepts `num_items_in_batch` (its causal language models do), the `Trainer` counts
+# the label tokens of all the micro-batches of an update and passes that count in, so the model divides its
+# summed token loss by it: the fix above. In your own loop you do it yourself.
 #
 # ### How the sweep measured memory and time
 #
@@ -535,7 +486,9 @@ print("a + (b + c) =", (a + (b + c)).item(), " <- 1 is lost: -1e8 + 1 rounds bac
 #   The backward pass also allocates temporaries the size of each weight matrix, whatever the micro-batch;
 #   those are not activations, and reading after backward would hide the small micro-batches' activations.
 # - **On a CPU** there is no such counter, so the sweep counts the bytes autograd saves for the backward pass,
-#   with `torch.autograd.graph.saved_tensors_hooks` (each storage counted once, parameters left out).
+#   with `torch.autograd.graph.saved_tensors_hooks` (each storage counted once, parameters left out). For the
+#   sweep's MLP, each example saves its input (256 numbers), each hidden layer's output before and after GELU
+#   (its activation function, 2 × 512 × 3), the output and the target: 3,330 float32 numbers, 13,320 bytes.
 # - **Time** is measured with `torch.utils.benchmark`. On a CPU the sweep uses one thread: with several, each
 #   tiny operation waits until all its threads get a core, and on a busy machine that waiting, not the maths,
 #   would dominate the times.
@@ -580,8 +533,7 @@ status("Starting 2 processes and running the update on each …")
 result = ddp.run_ddp_check(world_size=2, batch_size=64, accumulation_steps=4, backend="gloo", timeout_s=120)
 print(result.report())
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: wall time and rounding digits depend on the machine.
+# %% tags=["nbval-ignore-output"] nbval_reason="wall time and rounding digits depend on the machine."
 print(f"largest difference from one process's batch of 64: {result.max_difference:.1e}")
 print(f"wall time, including starting the 2 processes: {result.seconds:.1f} s")
 
@@ -595,8 +547,7 @@ print(f"wall time, including starting the 2 processes: {result.seconds:.1f} s")
 # *r* (`nccl` is NVIDIA's library for GPU-to-GPU communication); the training code is the same. The next cell
 # runs it on a machine with two GPUs or more.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: what this cell does depends on how many GPUs the machine has.
+# %% tags=["nbval-ignore-output"] nbval_reason="what this cell does depends on how many GPUs the machine has."
 if ddp.pick_backend(world_size=2) == "nccl":  # "nccl" when there is a CUDA GPU for each of 2 processes
     gpus = torch.cuda.device_count()
     print(ddp.run_ddp_check(world_size=gpus, batch_size=64 * gpus, accumulation_steps=4, backend="nccl").report())

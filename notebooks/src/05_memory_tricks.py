@@ -1,127 +1,103 @@
 # %% [markdown]
 # # Three more memory tricks, measured
 #
-# Notebook 04 ended with a warning: the estimate fits, the run does not. Its estimate for a LoRA step on
-# SmolLM2-135M was 0.54 GB; the training process peaked at 1.88 GB. This notebook closes that gap, then
-# measures three more tricks that move a training step under a memory budget. No GPU needed: on a CPU the
-# cells train small models for real; on a GPU they measure with the CUDA counters.
+# Notebook 04 ended on a gap: a LoRA step on SmolLM2-135M was estimated at 0.54 GB but peaked at 1.88 GB.
+# Close that gap, then measure three more memory tricks: gradient checkpointing, 8-bit AdamW and
+# `torch.compile`. A CPU is enough; a GPU is used if present.
 
 # %% [markdown]
-# **What you will be able to do**
-# - predict the peak memory of a whole training step from a model's `config.json`, and check it against a
-#   measured step;
-# - measure gradient checkpointing, 8-bit AdamW, `torch.compile`, 16-bit autocast and gradient accumulation,
-#   and say which of the usual claims hold on your machine, and why;
-# - read a step's peak memory with PyTorch's own counters;
-# - read and run a memory-efficient `TrainingArguments`;
-# - name what does not fit a budget, and which trick moves it under at what cost in time.
+# **You will be able to**
+# - predict a training step's peak memory, and check it against a measurement;
+# - measure what each trick saves and costs;
+# - read a step's peak with PyTorch's counters;
+# - run a memory-efficient `TrainingArguments`;
+# - find a step's bottleneck, and the trick that removes it.
 
 # %% [setup] extras=["peft", "transformers"]
 
 # %% [markdown]
 # ## Why: where did the other 1.3 GB go?
 #
-# A training step holds more than weights, gradients and optimizer states. Backward needs numbers that
-# forward computed - the **activations saved for backward** - and they grow with the batch and the sequence
-# length. Backward also makes a few large **temporary buffers**, and the program itself (Python, PyTorch,
-# transformers) holds memory before the model exists.
-#
-# Three more tricks are often recommended for training in less memory, each with a claim. We will test every
-# claim on a real step:
+# The estimate counted weights, gradients and optimizer states. A step also holds the **activations saved
+# for backward** (forward results that backward needs again; they grow with batch and sequence length),
+# temporary buffers, and the program itself. The tricks' usual claims, each tested below:
 
 # %%
 from course_utils import tricks
 
 for key, trick in tricks.TRICKS.items():
     if key != "baseline":
-        print(f"{trick.label:<42} claim: {trick.claim}")
+        print(f"{trick.label:<32} {trick.claim}")
 
 # %% [markdown]
 # ## How it works: everything a training step holds
 #
-# At its worst moment, a step holds six kinds of memory:
+# At its **peak moment** (the instant when the most memory is in use) a step holds:
 #
-# 1. **the framework's baseline**: the process after `import torch, transformers` (on a GPU: the CUDA context,
-#    which PyTorch's counter does not see);
-# 2. **weights**: 4 bytes per number in float32, 2 in bfloat16, about 0.56 in 4-bit NF4;
-# 3. **optimizer states**: AdamW keeps 2 float32 numbers (8 bytes) per *trained* number; 8-bit AdamW about 2;
-# 4. **gradients**: 4 bytes per trained number, from backward until the optimizer step;
-# 5. **activations saved for backward**: what each operation needs to compute its gradient;
-# 6. **transient buffers**: short-lived tensors, the largest being the gradient of the logits.
+# 1. the **baseline**: the process after `import torch, transformers`;
+# 2. **weights**: 4 bytes per float32 number;
+# 3. **optimizer states**: AdamW 8 bytes per trained number, 8-bit AdamW about 2;
+# 4. **gradients**: 4 bytes per trained number;
+# 5. **activations saved for backward**;
+# 6. **temporary buffers**, mainly the gradient of the logits (scores over the vocabulary).
 #
-# Notebook 04 counted parts 2-4.
-
-# %% [markdown]
-# `course_utils.step_memory` walks the model's forward pass and counts what autograd keeps: an operation saves
-# a tensor only when its gradient formula needs it and a gradient must flow through it. (Where the rules come
-# from, and how they differ from the classic formula for GPT layers, is in "Going deeper" after the recap.)
-# Here is SmolLM2's architecture, read from its `config.json`, and where the saved bytes go for a LoRA step
-# (rank 8 on `q_proj` and `v_proj`) at batch 8 × 128 tokens:
+# `course_utils.step_memory` counts part 5 as autograd does. A LoRA step of SmolLM2 at batch 8 × 128 saves:
 
 # %%
 from course_utils import step_memory as sm
 from course_utils.architecture import Architecture
 
 arch = Architecture.from_config("smollm2-135m")
-print(f"{arch.params:,} parameters; {arch.layers} layers, hidden {arch.hidden}, MLP {arch.intermediate}, "
-      f"{arch.heads} heads ({arch.kv_heads} key/value heads of {arch.head_dim}), vocabulary {arch.vocab:,}")
+print(f"{arch.params:,} parameters, {arch.layers} layers")
 acts = sm.saved_activations(arch, 8, 128, method="lora")
 for kind, nbytes in sorted(acts.by_kind.items(), key=lambda kv: -kv[1]):
-    print(f"  {kind:<40} {nbytes / 1e9:6.3f} GB")
-print(f"  {'total saved for backward':<40} {acts.total / 1e9:6.3f} GB")
+    if nbytes >= 1e6:  # the tiny ones (token ids, position tables) left out
+        print(f"  {kind:<36} {nbytes / 1e9:6.3f} GB")
+print(f"  {'total saved for backward':<36} {acts.total / 1e9:6.3f} GB")
 
 # %% [markdown]
-# The biggest single item is not in any layer: the log-softmax of the loss, over all 49,152 vocabulary
-# entries for each of the 1,024 tokens, in float32 (0.20 GB).
+# **SwiGLU** is SmolLM2's gated MLP, SiLU(x W_gate) × (x W_up). Summed over 30 layers the MLPs keep the
+# most, but the biggest single tensor is the loss's log-softmax: 49,152 scores for each of 1,024 tokens, in
+# float32 (0.20 GB).
 #
 # ### Predict before you measure
 #
-# LoRA rank 8, batch **1** × 128 tokens, AdamW, float32. Notebook 04's estimate (weights + adapter gradients +
-# AdamW) is 0.54 GB. **Write down your guess for the measured peak** before running the next two cells. The
-# estimate is made for the device the measurement will use: on a CPU it includes the process's baseline, on a
-# GPU it predicts PyTorch's allocator counter, which has none.
+# The same step at batch **1**. Notebook 04's estimate: 0.54 GB. **Write down your guess for the measured
+# peak.** On a GPU the estimate predicts PyTorch's **allocator counter** (bytes held by its CUDA tensors).
 
 # %%
 from course_utils.hardware import pick_device
 
 DEVICE = pick_device()  # one decision for the estimate and the measurement: the GPU if there is one
 est = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE.type)
-print(est.format())
+print(f"peak moment: {est.peak_moment}")
+for part, nbytes in est.parts():
+    print(f"  {part.split(' (')[0]:<36} {nbytes / 1e9:5.2f} GB")
+print(f"  {'predicted peak':<36} {est.peak_gb:5.2f} GB")
 
 # %% [markdown]
-# The prediction has a **peak moment**: the start of backward, when the loss's gradient over the vocabulary
-# is made. Then the step holds the baseline, the weights, the (tiny) adapter states, every saved activation
-# and two logits-sized float32 buffers (the loss's gradient and the logits' gradient).
-#
-# Now the measurement. `measure_training_step` builds the architecture with random weights in a fresh child
-# process, runs one warm-up step (so the optimizer states exist), and measures the next step's peak: on a GPU
-# with PyTorch's allocator counter, on a CPU as the child's peak memory, its baseline included.
+# The measurement runs a warm-up step, then measures the next: on a CPU in a fresh process, reading its peak
+# **resident memory** (the RAM it occupies); on a GPU, the allocator counter.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: a measured peak and a timing, different on every machine and run.
+# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak and a timing, different on every machine and run."
 from course_utils.measure import measure_training_step
 from course_utils.progress import status
+from course_utils.units import format_seconds
 
-status("Measuring one LoRA training step of SmolLM2-135M (batch 1 x 128 tokens) in a fresh process …")
+status("Measuring one LoRA step of SmolLM2-135M, batch 1 x 128 …")
 m = measure_training_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE, timeout_s=280)
-print(f"baseline {m.baseline_bytes / 1e9:.3f} GB, weights {m.weights_bytes / 1e9:.3f} GB, "
-      f"saved activations {m.saved_activations_bytes / 1e9:.3f} GB (estimate {est.activations.total / 1e9:.3f}), "
-      f"step {m.step_seconds:.1f} s")
+print(f"saved activations {m.saved_activations_bytes / 1e9:.3f} GB (estimate {est.activations.total / 1e9:.3f}), "
+      f"step {format_seconds(m.step_seconds)}")
 print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
 
 # %% [markdown]
-# The last line is this machine's error. On a 2-core cloud CPU, a sweep of six such steps (LoRA and full
-# fine-tuning, batch 1 to 8) was within 1.5 % of the estimate every time; its table is in "Going deeper".
-#
-# That closes notebook 04's gap. Its LoRA run measured 1.88 GB with its own data and sequence lengths. At
-# batch 8 × 128 random tokens the same sweep measured 2.63 GB, and the estimate says why: on top of 0.54 GB of
-# weights and 0.44 GB of baseline, 1.17 GB of saved activations and 0.40 GB of loss buffers.
+# The last line is this machine's error (six reference cases: within 1.5 %, see "Going deeper"). At batch 8
+# the parts close notebook 04's gap: 0.54 GB weights, 0.44 GB baseline, 1.17 GB saved activations, 0.40 GB
+# loss buffers.
 #
 # ## Interactive demo: what is my bottleneck?
 #
-# The estimate answers "will it fit?" before you start. The planner below does it on a GPU's terms (PyTorch's
-# allocator counter, so no process baseline): pick a model, a method, a batch, a sequence length and a budget.
-# It names the biggest parts of the predicted peak and the tricks that move the step under the budget.
+# The planner names the biggest parts of a GPU step's peak and the tricks that fit it under a budget:
 
 # %%
 from course_utils.widgets.tricks import bottleneck_view
@@ -129,39 +105,29 @@ from course_utils.widgets.tricks import bottleneck_view
 _ = bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=8.0, show_chart=False)
 
 # %% [markdown]
-# Each option's time factor comes from a step's arithmetic: forward counts 1, backward 2 when the weights
-# train (or about 1 when they are frozen), and checkpointing adds one forward: 4/3 for full fine-tuning, close
-# to the claimed "~30 %". Accumulation does the same arithmetic in more, smaller steps, so the arithmetic gives
-# only a floor, "x1.00 or more": each step adds fixed work, and a small micro-batch uses the hardware less well.
-# How much slower is a measurement, and the next section makes it.
+# Time factors come from the arithmetic: forward 1, backward 2; checkpointing adds a forward: 4/3, near the
+# claimed "~30 %". Accumulation splits the same arithmetic into steps with fixed costs: "x1.00 or more".
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: an interactive widget (nbval has no widget front end).
+# %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget (nbval has no widget front end)."
 from course_utils.widgets.tricks import bottleneck_planner
 
 bottleneck_planner()
 
 # %% [markdown]
-# Try: SmolLM2 full fine-tuning at batch 16 × 512 on 8 GB, then switch on checkpointing; Qwen2.5-1.5B (a
-# 1.5-billion-parameter model) with LoRA at 1024 tokens on 16 GB; the same with `qlora`. Watch which part is
-# the biggest: at long sequences it is the activations, for big models with full fine-tuning the optimizer
-# states.
+# Try: SmolLM2 `full` at 16 × 512 on 8 GB, then tick checkpointing; Qwen2.5-1.5B `lora` at 1024 tokens on
+# 16 GB, then `qlora`.
 #
 # ## Benefits and trade-offs: each trick on a real step
 #
-# Now the claims. One training step per trick, full fine-tuning (so the optimizer's states are big enough for
-# 8-bit AdamW to matter), batch 4 × 256 tokens.
+# One full fine-tuning step per trick, batch 4 × 256, on a **miniature of SmolLM2**: 4 of its 30 layers, a
+# vocabulary of 8,192.
 
 # %% [markdown] slide="notes"
-# To keep the measurements short on a laptop CPU, the model is a **miniature of SmolLM2-135M**: the same layers
-# (widths 576 and 1536, 9 heads, 3 key/value heads, SwiGLU, RMSNorm, tied embeddings), but 4 of its 30 layers
-# and a vocabulary of 8,192 instead of 49,152 - 18.9 M parameters. With the full vocabulary a small step's
-# memory is all about the embedding and the loss; with the smaller one, the step looks like a big model's step
-# in miniature. Afterwards the estimate scales the results back up to the real model.
+# With the full vocabulary a small step is all embedding and loss; the small one makes it a big model's
+# step in miniature.
 
 # %% [markdown]
-# **Predict first**: which trick will lower the peak most here, and which will speed the step up? (The
-# estimates are for this machine's device, like the measurements after them.)
+# **Predict first**: which trick lowers the peak most here? Which one speeds the step up?
 
 # %%
 from course_utils.configs import read_config
@@ -169,96 +135,66 @@ from course_utils.configs import read_config
 MINI = read_config("smollm2-135m")
 MINI.update(num_hidden_layers=4, vocab_size=8192)
 BASE = {"method": "full", "batch": 4, "seq": 256}
-print(f"{Architecture.from_config(MINI).params:,} parameters")
+print(f"{Architecture.from_config(MINI).params:,} parameters; estimated peaks:")
 for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
     kwargs = tricks.trick_kwargs(key, BASE)
-    print(f"{tricks.TRICKS[key].label:<42} estimate {tricks.estimate_for(kwargs, MINI, DEVICE) / 1e9:.2f} GB")
+    print(f"  {tricks.TRICKS[key].label:<32} {tricks.estimate_for(kwargs, MINI, DEVICE) / 1e9:.2f} GB")
 
 # %% [markdown]
-# The five measurements share one child process, bounded in time, and each step runs in a fresh copy of it,
-# so every peak is that step's alone. The 16-bit trick autocasts to bfloat16, or to float16 with loss scaling
-# on a GPU without native bfloat16 (a T4). `torch.compile` (which the estimate does not model) compiles the
-# forward and backward first: on a GPU it gets 60 seconds, then its row says *skipped*, so a slow machine
-# cannot stall a class; on a CPU compiling takes minutes, so it runs only with `TRY_COMPILE_ON_CPU = True`.
+# A step that fails gets a *skipped* row. 16-bit means bfloat16 (float16 on a T4). `torch.compile` is
+# skipped on a CPU, where compiling takes minutes (`TRY_COMPILE_ON_CPU = True` tries it); a tiny model shows
+# it below.
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: measured peaks and timings, different on every machine and run.
+# %% tags=["nbval-ignore-output"] nbval_reason="measured peaks and timings, different on every machine and run."
 TRY_COMPILE_ON_CPU = False
-status("Measuring 5 training steps of the miniature, one per trick: baseline, checkpointing, 16-bit autocast, "
-       "8-bit AdamW, accumulation …")
+status("Measuring one step per trick …")
 results = tricks.measure_tricks(MINI, BASE, ["baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"],
-                                timeout_s=280, device=DEVICE)
-status("Measuring torch.compile (a CPU skips it unless TRY_COMPILE_ON_CPU) …")
-results += tricks.measure_tricks(MINI, BASE, ["compile"], compile_timeout_s=60, device=DEVICE,
-                                 compile_on_cpu=TRY_COMPILE_ON_CPU)
-for row in results:
-    print(f"{row.label:<42} " + (row.skipped or f"measured {row.peak_gb:.2f} GB, {row.step_seconds:.2f} s per step"))
+                                timeout_s=280, device=DEVICE, skip_slow_bf16=True)
+results += tricks.measure_tricks(MINI, BASE, ["compile"], device=DEVICE, compile_on_cpu=TRY_COMPILE_ON_CPU)
+print(tricks.results_text(results))
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the table and chart of measured peaks and timings.
+# %% tags=["nbval-ignore-output"] nbval_reason="a chart of measured peaks and timings."
 import matplotlib.pyplot as plt
 from course_utils.plots import tricks as tplots
 
-for row in tricks.results_table(results):
-    print(f"{row['trick']:<40} estimate {row['estimate GB']} GB | measured {row['peak GB']} GB, {row['step s']} s"
-          f"\n    claim: {row['claim']}\n    here:  {row['measured']}")
 tplots.tricks_chart(results)
 plt.show()
-print(tplots.describe_tricks_chart(results))
 
 # %% [markdown]
-# **Text description of the chart.** Two horizontal bar charts share one row per trick (baseline, gradient
-# checkpointing, 16-bit autocast, 8-bit AdamW, gradient accumulation with 4 micro-batches, torch.compile).
-# The left chart gives each trick's measured peak memory in GB, the right chart its step time in seconds;
-# this run's numbers are printed under the chart. The peaks follow the estimates printed before the
-# measurements. Step times on a shared laptop are noisy: compare them only on a quiet machine, over several
-# steps.
+# **Text description of the chart.** Two horizontal bar charts, one row per trick: left, the measured peak
+# memory in GB; right, the step time in seconds. A skipped trick has an empty bar labelled "skipped". The
+# table above gives the values.
 #
-# ### What the measurements say about the claims
+# ### What the measurements say
 #
-# Read the peaks against the estimates. On a CPU, about 0.44 GB of every peak is the process's baseline (a
-# GPU's allocator counter leaves it out), which no trick touches, and 0.23 GB more is the float32 weights
-# (0.08 GB) and AdamW states (0.15 GB), held all along.
+# - **Checkpointing** drops the layers' saved activations (predicted 0.22 → 0.05 GB): the peak falls by about
+#   a sixth, since baseline, weights, states and loss buffers stay.
+# - **8-bit AdamW**: 2 instead of 8 bytes per trained number (0.15 → 0.04 GB).
+# - **Accumulation**: 4 micro-batches of 1 × 256 save a quarter of the activations each.
 
 # %% [markdown]
-# - **Gradient checkpointing: "~50 % memory at ~30 % speed cost".** It removes the layers' saved activations
-#   (predicted 0.22 → 0.05 GB): the peak falls by about a sixth, a third without the baseline. Not 50 %: the
-#   baseline, the weights, the optimizer states and the loss's buffers stay. It costs one extra forward.
-# - **8-bit AdamW: "saves a lot when training big models".** The states go from 8.00 to about 2.03 bytes per
-#   trained number, counted from the tensors (0.15 → 0.04 GB).
-# - **bf16 autocast: "roughly 2× speed".** The 2× is for GPUs with bfloat16 tensor cores; on a CPU only some
-#   processors speed up. The peak hardly moves: activations shrink to 2 bytes, but autocast keeps a 16-bit
-#   copy of every weight on the gradient's path until backward.
-
-# %% [markdown]
-# - **torch.compile: "1.2-1.5× on stable shapes".** If it finished within its budget, compare its step time
-#   with the baseline's, on a quiet machine. Its first step contains the compilation.
-# - **Gradient accumulation**: the same 4 × 256 tokens per optimizer step, in 4 micro-batches of 1 × 256. Each
-#   micro-batch saves a quarter of the activations, but the gradients now stay in memory from one micro-batch
-#   to the next, and the 4 steps run one after another: the planner's "x1.00 or more" is the arithmetic, the
-#   row above is what it cost here.
+# - **16-bit autocast** barely moves the peak: it keeps a 16-bit copy of every weight until backward. On a
+#   CPU its time goes *against* the "2× speed" claim, which is about GPUs' tensor cores (units for 16-bit matrix maths; NVIDIA datasheets:
+#   T4 65 TFLOP/s fp16 vs 8.1 fp32; A100 312 bf16 vs 19.5 fp32). A CPU has none. Without bfloat16
+#   instructions it emulates 16-bit maths, much slower (the row says *skipped*); with them, matrix
+#   multiplies gain, but every weight is converted each step and the rest stays float32 ("Going deeper").
 #
-# Where do the tricks pay off? Ask the estimate about the whole 30-layer model at batch 8 × 512 tokens, on a
-# GPU:
+# The whole 30-layer model at batch 8 × 512 on a GPU, estimated:
 
 # %%
 AT_SCALE = {"method": "full", "batch": 8, "seq": 512}
 for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
     e = tricks.estimate_step_for(tricks.trick_kwargs(key, AT_SCALE), "smollm2-135m", device="cuda")
-    print(f"{tricks.TRICKS[key].label:<42} {e.peak_gb:5.2f} GB   peak at the {e.peak_moment}")
+    print(f"{tricks.TRICKS[key].label:<32} {e.peak_gb:5.2f} GB")
 
 # %% [markdown]
-# Here the layers' saved activations are most of the step, so checkpointing cuts the peak by more than half -
-# the claim, in the setting it was made for - and so do 4 micro-batches. 8-bit AdamW saves 0.8 GB (6 bytes ×
-# 134.5 M parameters), a modest share for a model this small; for a 7-billion-parameter model it would be
-# 42 GB. bf16 saves less than half of the activation memory, because of the weight copies. Find the peak
-# moment first: where the peak comes at the end of backward, no activation trick helps.
+# Saved activations dominate here: checkpointing more than halves the peak, as claimed. 8-bit AdamW saves
+# 0.8 GB (6 bytes × 134.5 M parameters); 42 GB for a 7-billion-parameter model.
 #
 # ### Your turn: what does checkpointing keep?
 #
-# With checkpointing, each of SmolLM2's 30 layers keeps only its input for backward: batch × tokens × hidden
-# size numbers (hidden size 576), and recomputes the rest. For full fine-tuning in float32 at batch 8 × 512
-# tokens, how many **GB** (10⁹ bytes) do the 30 kept layer inputs take? Work it out by hand, then write it.
+# With checkpointing each of SmolLM2's 30 layers keeps only its input: batch × tokens × 576 (hidden size)
+# numbers. In float32 at batch 8 × 512, how many **GB** (10⁹ bytes) do the 30 inputs take?
 
 # %%
 from course_utils.exercises.tricks import check_adamw8bit_state, check_checkpointed_inputs, check_kwame_choice
@@ -277,108 +213,121 @@ check_checkpointed_inputs(kept_gb)
 #
 # </details>
 #
-# ## In practice: a memory-efficient `TrainingArguments`
+# ### torch.compile, up close
 #
-# A common recipe switches several tricks on at once in one `TrainingArguments`, the settings object of the
-# Hugging Face `Trainer`. Here it is, one line at a time:
+# `torch.compile(model)`: **TorchDynamo** captures the Python forward as a graph of tensor operations at
+# its first call; **Inductor** turns the graph and its backward into fused kernels (several element-wise
+# operations in one loop), C++ on a CPU, Triton on a GPU. Later calls with the same shapes reuse them.
+#
+# The demo: a 256 → 1024 → 256 MLP trained with AdamW. **Predict**: how much slower is the first compiled
+# step than later ones? What does a new batch size do?
 
 # %%
-for name, value, meaning in tricks.LESSON_TRAINING_ARGUMENTS:
-    print(f"{name:<28} = {value!r:<14} {meaning}")
-
-# %% [markdown]
-# Two notes before running it. The effective batch is $2 \times 8 = 16$ examples per optimizer step on one
-# GPU. `eval_steps=500` does nothing on its own: evaluation also needs `eval_strategy="steps"` and an
-# evaluation dataset.
-#
-# Libraries move, so the helper builds the arguments for the installed transformers and this machine, and
-# lists every change it made: a warm-up written as a count of steps, the new name of checkpointing, and fp16
-# on a GPU without bfloat16 ("Going deeper" says why).
-
-# %%
+import os
+import shutil
 import tempfile
 
-out_dir = tempfile.mkdtemp(prefix="course05-")
-args, changes = tricks.memory_efficient_training_arguments(out_dir, max_steps=2)
-print(f"effective batch {args.per_device_train_batch_size * args.gradient_accumulation_steps}, "
-      f"checkpointing={tricks.checkpointing_enabled(args)}, warmup_steps={args.warmup_steps}")
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the 16-bit format and the optimizer depend on the machine (GPU generation, bitsandbytes build).
-for change in changes:
-    print("-", change)
-print(f"bf16={args.bf16}, fp16={args.fp16}, optim={args.optim.value}")
-
-# %% [markdown]
-# Now two real optimizer steps with these arguments: 8-bit AdamW from bitsandbytes (the library behind 8-bit
-# optimizers and 4-bit weights), 16-bit autocast, activation checkpointing, 8 micro-batches of 2 examples per
-# step, 64-token random sequences. On a GPU the model is SmolLM2-135M's architecture; on a CPU it is the
-# miniature above.
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: losses, time and peak memory of a real run vary with the machine.
-demo_model = "smollm2-135m" if DEVICE.type == "cuda" else MINI
-status("Training 2 optimizer steps (16 micro-batches of 2 x 64 tokens) with the Trainer …")
-run = tricks.run_trainer_steps(demo_model, args, batch_examples=32, seq=64)
-print(f"{run['steps']} optimizer steps in {run['seconds']:.1f} s; losses {run['losses']}")
-print(f"peak {run['peak'].gb:.2f} GB - {run['peak'].what}")
-
-# %% [markdown]
-# With random weights the loss starts near the loss of a uniform guess over the vocabulary: $\ln 8192 \approx
-# 9.0$ for the miniature ($\ln 49152 \approx 10.8$ for SmolLM2). Every switch in these arguments is right for
-# a recent GPU; on another machine, time each one before keeping it.
-#
-# ### Peak memory: the three lines
-#
-# The peak above came from PyTorch's counters. On a GPU it takes three lines: reset the peak counter, run the
-# work, read the peak (with `synchronize` so the GPU has finished). They count GPU memory only, so on a CPU the
-# cell says so and runs the CPU stand-in instead: the process's peak resident memory.
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: measured peaks, different on every machine; on a CPU the GPU lines are skipped.
 import torch
-from course_utils import peak as cpu_peak
+import torch.nn.functional as F
+from torch import nn
+from torch._dynamo.utils import counters
 
 
-def work(device):
-    return torch.ones(25_000_000, device=device).sum()  # a 100 MB tensor, freed when the call returns
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(256, 1024), nn.Linear(1024, 256)
+
+    def forward(self, x):
+        h = self.up(x)
+        return self.down(h * torch.sigmoid(h))  # SiLU, as two element-wise operations
 
 
-if DEVICE.type == "cuda":
-    torch.cuda.synchronize()  # let earlier GPU work finish
-    torch.cuda.reset_peak_memory_stats()  # 1. reset the peak counter
-    start = torch.cuda.memory_allocated()
-    work(DEVICE)  # 2. the work
-    torch.cuda.synchronize()
-    added = torch.cuda.max_memory_allocated() - start  # 3. read the peak
-    print(f"torch.cuda.max_memory_allocated: the work added {added / 1e6:.0f} MB at its peak")
+def train_step(net, batch):
+    x, y = torch.randn(batch, 256, device=DEVICE), torch.randn(batch, 256, device=DEVICE)
+    loss = F.mse_loss(net(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+# %% [markdown]
+# Compile it, in an empty cache:
+
+# %%
+_ = torch.manual_seed(0)
+model = MLP().to(DEVICE)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+compiled = torch.compile(model)  # shares model's weights; nothing is compiled until its first call
+compiler = shutil.which("g++") or shutil.which("clang++")  # Inductor builds its kernels with it
+if compiler is None:
+    compiled = None
+    print("No C++ compiler (g++ or clang++) on this machine: the torch.compile demo is skipped.")
+old_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # put back at the end of the demo
+cache_dir = tempfile.mkdtemp(prefix="inductor-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+torch._dynamo.reset()
+counters.clear()
+
+# %% tags=["nbval-ignore-output"] nbval_reason="timings, different on every machine and run."
+import statistics
+import time
+
+
+def timed(net, batch):
+    start = time.perf_counter()
+    train_step(net, batch)
+    return time.perf_counter() - start
+
+
+graphs = []  # graphs compiled so far, after each new batch size
+if compiled is not None:
+    status("Compiling on the first step …")
+    times = {"eager, per step": statistics.median(timed(model, 64) for _ in range(10))}
+    times["compiled, first step"] = timed(compiled, 64)
+    times["compiled, later steps"] = statistics.median(timed(compiled, 64) for _ in range(10))
+    graphs.append(counters["stats"]["unique_graphs"])
+    times["compiled, batch 48"] = timed(compiled, 48)
+    graphs.append(counters["stats"]["unique_graphs"])
+    times["compiled, batch 40"] = timed(compiled, 40)
+    graphs.append(counters["stats"]["unique_graphs"])
+    for what, seconds in times.items():
+        print(f"{what:<22} {format_seconds(seconds):>8}")
+
+# %% [markdown]
+# Dynamo's counters tell what was compiled; the eager model, sharing the weights, checks the result:
+
+# %%
+if compiled is not None:
+    print("graphs compiled after batch 64, 48, 40:", graphs, "- one recompile, then none:", graphs == [1, 2, 2])
+    _ = torch.manual_seed(1)
+    x, y = torch.randn(64, 256, device=DEVICE), torch.randn(64, 256, device=DEVICE)
+    weights = list(model.parameters())
+    eager_loss, eager_kept = tricks.saved_for_backward(lambda: F.mse_loss(model(x), y), weights)
+    compiled_loss, compiled_kept = tricks.saved_for_backward(lambda: F.mse_loss(compiled(x), y), weights)
+    print("same loss within 1e-4:", abs(eager_loss.item() - compiled_loss.item()) <= 1e-4)
+    print(f"kept for backward: eager {eager_kept / 1e6:.2f} MB, compiled {compiled_kept / 1e6:.2f} MB")
+torch._dynamo.reset()  # forget the compiled graphs, then put the cache setting back as it was
+if old_cache is None:
+    del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 else:
-    print("No CUDA GPU: skipped torch.cuda.reset_peak_memory_stats() and max_memory_allocated(), which count GPU "
-          "memory only; running their CPU equivalent from course_utils.peak instead.")
-    if not cpu_peak.reset_rss_high_water_mark():  # 1. reset the process's peak resident memory (Linux only)
-        print("This system cannot reset the peak: the figure below counts from the kernel's start, not the work's.")
-    start = cpu_peak.current_rss_bytes()
-    work("cpu")  # 2. the work
-    added = cpu_peak.rss_high_water_mark_bytes() - start  # 3. read the peak
-    print(f"CPU equivalent (peak resident memory of this process): the work added {added / 1e6:.0f} MB at its peak")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = old_cache
+shutil.rmtree(cache_dir, ignore_errors=True)
 
 # %% [markdown]
-# `course_utils.peak.measure_peak` wraps exactly these lines for any device, and says which counter it read:
-
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: a measured peak, different on every machine.
-from course_utils.peak import measure_peak
-
-_, peak = measure_peak(lambda: work(DEVICE), device=DEVICE)
-print(peak.what)
-print(f"the helper: the work added {peak.added_bytes / 1e6:.0f} MB at its peak (the lines above: {added / 1e6:.0f} MB)")
-
-# %% [markdown]
+# After the recompile Dynamo marked the batch dimension *dynamic* (a symbol), so batch 40 compiled
+# nothing. `torch.compile(model, dynamic=True)` does that from the start; padding batches to one shape also
+# avoids recompiles. The fused kernels kept less for backward: they recompute cheap element-wise results.
+#
+# The "1.2-1.5×" claim is about GPUs, where each unfused element-wise operation reads and writes its whole
+# tensor in memory, slow next to the arithmetic (T4 datasheet: 8.1 TFLOP/s fp32, 320 GB/s); fusing saves
+# that traffic. On a CPU this step is mostly matrix multiplies, done by the same libraries either way.
+#
 # ### Your turn: what does 8-bit AdamW keep?
 #
-# Full fine-tuning of SmolLM2-135M trains all 134,515,008 numbers. 8-bit AdamW keeps 2 states per trained
-# number at 1 byte each, and each state also keeps one float32 scale for every block of 256 numbers. How many
-# **GB** of optimizer states is that? (Ignore the few tiny tensors that stay in float32.)
+# Full fine-tuning of SmolLM2-135M trains 134,515,008 numbers. 8-bit AdamW keeps 2 states of 1 byte per
+# number, plus one float32 scale per state for every block of 256 numbers. How many **GB** is that?
 
 # %%
 state_gb = ...  # your answer, in GB
@@ -394,10 +343,79 @@ check_adamw8bit_state(state_gb)
 #
 # </details>
 #
+# ## In practice: a memory-efficient `TrainingArguments`
+#
+# A common recipe switches several tricks on in the Hugging Face `Trainer`'s settings, tried as written:
+
+# %%
+import transformers
+from transformers import TrainingArguments
+
+recipe = dict(
+    output_dir="./out",
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=8,   # effective batch = 16 (single GPU)
+    bf16=True,
+    gradient_checkpointing=True,
+    optim="adamw_8bit",              # requires bitsandbytes
+    num_train_epochs=3,
+    learning_rate=2e-4,
+    warmup_ratio=0.03,
+    lr_scheduler_type="cosine",
+    save_steps=500, eval_steps=500, logging_steps=50,
+    torch_compile=False,             # try True after baseline works
+)
+print("effective batch:", recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"])
+try:
+    TrainingArguments(**recipe)
+    print(f"transformers {transformers.__version__} accepts the recipe as written")
+except (TypeError, ValueError) as err:
+    print(f"transformers {transformers.__version__}: {type(err).__name__}: {err}")
+
+# %% [markdown]
+# Libraries move: transformers 5 removed `warmup_ratio`, and `bf16=True` needs bfloat16 hardware
+# (`eval_steps` also needs `eval_strategy="steps"`). The helper adapts the recipe to this machine for a
+# 2-step demo, listing its changes:
+
+# %%
+out_dir = tempfile.mkdtemp(prefix="course05-")
+args, changes = tricks.memory_efficient_training_arguments(out_dir, max_steps=2)
+print(f"effective batch {args.per_device_train_batch_size * args.gradient_accumulation_steps}, "
+      f"checkpointing={tricks.checkpointing_enabled(args)}, warmup_steps={args.warmup_steps}")
+
+# %% tags=["nbval-ignore-output"] nbval_reason="the 16-bit format and the optimizer depend on the machine (GPU generation, CPU instructions, bitsandbytes build)."
+for change in changes:
+    print("-", change.split(": ")[0])
+print(f"bf16={args.bf16}, fp16={args.fp16}, optim={args.optim.value}")
+
+# %% [markdown]
+# Two optimizer steps (random 64-token sequences; SmolLM2 on a GPU, the miniature on a CPU) inside the
+# recipe's peak-memory lines. `torch.cuda` sees GPU memory only: a CPU reads its peak resident memory.
+
+# %% tags=["nbval-ignore-output"] nbval_reason="losses, peak memory and the counter read depend on the machine."
+from course_utils import peak as cpu_peak
+
+demo_model = "smollm2-135m" if DEVICE.type == "cuda" else MINI
+trainer = tricks.demo_trainer(demo_model, args, batch_examples=32, seq=64)  # random weights and tokens
+if DEVICE.type == "cuda":
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()  # reset the peak counter
+    trainer.train()
+    torch.cuda.synchronize()
+    print(f"peak: {torch.cuda.max_memory_allocated() / 1e9:.2f} GB")
+else:
+    cpu_peak.reset_rss_high_water_mark()  # the CPU's stand-in (Linux): the process's peak resident memory
+    trainer.train()
+    print(f"peak: {cpu_peak.rss_high_water_mark_bytes() / 1e9:.2f} GB (CPU: peak resident memory)")
+print("losses:", tricks.trainer_losses(trainer))
+
+# %% [markdown]
+# Random weights start near a uniform guess: $\ln 8192 \approx 9.0$ ($\ln 49152 \approx 10.8$ for
+# SmolLM2). `course_utils.peak.measure_peak(fn)` wraps the peak lines for any device.
+#
 # ## Comparing the tricks
 #
-# The comparison table of notebooks 01-03 covered quantization, mixed precision and gradient accumulation;
-# this notebook's three tricks follow in the same columns:
+# Notebooks 01-03's three tricks, then this notebook's:
 
 # %%
 from IPython.display import Markdown
@@ -405,29 +423,21 @@ from IPython.display import Markdown
 Markdown(tricks.comparison_table())
 
 # %% [markdown]
-# Optimization is a trade between memory, speed, quality and cost, so there is no single best trick. The
-# useful question is: **what is my bottleneck, and what am I willing to trade to remove it?**
-# `what_is_my_bottleneck` answers the first half with the estimate, and lists the trades. A new method changes
-# *what* is trained, so options that keep the method come first:
-
-# %%
-from course_utils import bottleneck
-
-diag = bottleneck.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "lora", batch=8, budget_gb=16.0, seq=1024)
-print(diag.text())
-
-# %% [markdown]
+# Optimization trades memory, speed, quality and cost: no trick is best. Ask instead: **what is my
+# bottleneck, and what am I willing to trade to remove it?**
+#
 # ## Run it yourself
 #
 # ### Your turn: one change for Kwame
 #
-# Kwame, from notebook 04, now has a 24 GB GPU and wants full fine-tuning of Qwen2.5-1.5B (config
-# `qwen2.5-1.5b-instruct`) at batch 8 × 512 tokens. First guess which two parts of the step are the largest.
-# Then ask `bottleneck.what_is_my_bottleneck(...)` and pick the one change that fits 24 GB and keeps full
-# fine-tuning: `"checkpointing"`, `"8-bit AdamW"`, `"bf16 autocast"`, `"accumulation"` or
-# `"checkpointing + 8-bit AdamW"`.
+# Kwame (notebook 04) has a 24 GB GPU and wants full fine-tuning of Qwen2.5-1.5B
+# (`qwen2.5-1.5b-instruct`) at batch 8 × 512. Guess the step's two largest parts, ask
+# `bottleneck.what_is_my_bottleneck(...)`, and pick the change that fits 24 GB: `"checkpointing"`,
+# `"8-bit AdamW"`, `"bf16 autocast"`, `"accumulation"` or `"checkpointing + 8-bit AdamW"`.
 
 # %%
+from course_utils import bottleneck
+
 choice = ...  # one of the five strings above
 check_kwame_choice(choice)
 
@@ -451,11 +461,11 @@ check_kwame_choice(choice)
 #
 # ## Knowledge check
 #
-# 1. At batch 8 × 128 tokens, a LoRA step on SmolLM2 peaked at 2.63 GB on a 2-core CPU, but the weights,
-#    gradients and AdamW states add up to 0.54 GB. Name the two biggest other parts.
-# 2. For the miniature step, the CPU estimate says checkpointing lowers the peak by 17 % (1.00 → 0.83 GB),
-#    about a sixth, not a half. Was the claim of "~50 %" wrong?
-# 3. Why can bf16 autocast *raise* the peak memory of a small training step?
+# 1. A LoRA step on SmolLM2 at batch 8 × 128 peaked at 2.63 GB on a CPU; weights, gradients and AdamW
+#    states make 0.54 GB. Name the two biggest other parts.
+# 2. On the miniature, the CPU estimate gives checkpointing −17 % (1.00 → 0.83 GB). Was "~50 %" wrong?
+# 3. Why can bf16 autocast *raise* a small step's peak?
+# 4. A compiled model keeps recompiling for new batch sizes. Name two cures.
 
 # %% [markdown]
 # <details><summary>Show the answer</summary>
@@ -470,27 +480,68 @@ check_kwame_choice(choice)
 # 3. Autocast computes each matrix multiply with a bfloat16 *copy* of the weight, and keeps that copy until
 #    backward (2 bytes per parameter on the gradient's path). On a small batch those copies outweigh what the
 #    2-byte activations save.
+# 4. `torch.compile(model, dynamic=True)`, which compiles shapes as symbols from the start (Dynamo also does it
+#    by itself after the first recompile), or padding every batch to one fixed shape.
 #
 # </details>
 #
 # ## Recap
 #
-# - A training step's peak = baseline + weights + optimizer states + (at the worst moment) saved activations
-#   and the loss's buffers, or all gradients and the optimizer's scratch. `python -m course_utils memory
-#   --config smollm2-135m --method lora --batch 8 --seq 128 --measure` predicts it and checks it.
-# - Counting what autograd saves predicted six measured CPU peaks within 1.5 %.
-# - Each trick attacks one part: checkpointing the activations (one more forward), 8-bit AdamW the optimizer
-#   states (8 → 2 bytes per trained number), accumulation the batch's activations (more, smaller steps: x1.00
-#   of the time or more), bf16 the activations' bytes (but adds weight copies), `torch.compile` the time.
-# - On a GPU, `reset_peak_memory_stats()` then `max_memory_allocated()` read a step's peak.
-# - Before choosing a trick, find the bottleneck: which part is the biggest at the peak moment.
+# - Peak = baseline + weights + optimizer states + saved activations + loss buffers:
+#   `python -m course_utils memory --config smollm2-135m --method lora --batch 8 --seq 128 --measure`
+#   predicts and checks it.
+# - Checkpointing cuts saved activations (one more forward), 8-bit AdamW the states, accumulation the
+#   batch's activations; `torch.compile` buys time on stable shapes after a costly first step.
+# - GPU peak: `torch.cuda.reset_peak_memory_stats()`, then `torch.cuda.max_memory_allocated()`.
+# - Speed claims are about GPUs: time tricks on your machine, after finding the bottleneck.
 
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# The rest of this notebook is for the curious: where the estimator's rules come from, the sweep that checked
-# it, what the CPU counter reads, and why some tricks behave differently on a CPU.
+# The rest of this notebook is for the curious: each trick's measurement explained, the CPU's 16-bit maths,
+# where the estimator's rules come from, the sweep that checked it, and what the CPU counter reads.
 #
+# ### Each measurement, explained
+#
+# The same rows as the table above, each with the claim and why this machine agrees or not:
+
+# %% tags=["nbval-ignore-output"] nbval_reason="verdicts on measured peaks and timings, different on every machine."
+for row in tricks.results_table(results):
+    print(f"{row['trick']}\n  claim: {row['claim']}\n  here:  {row['measured']}")
+
+# %% [markdown]
+# ### 16-bit maths on this CPU
+#
+# PyTorch runs 16-bit matrix multiplies fast on a CPU only with bfloat16 instructions: AVX-512-BF16 or AMX on
+# x86, the BF16 extension on ARM. Without them it converts and computes in float32, number by number, much
+# slower than plain float32. This cell reads this CPU's flags and times one 512 × 512 matrix multiply each way:
+
+# %% tags=["nbval-ignore-output"] nbval_reason="CPU flags and timings, different on every machine."
+from torch.utils import benchmark
+
+flags = tricks.cpu_flags() or frozenset()
+print("PyTorch's CPU kernels:", torch.backends.cpu.get_cpu_capability(), "| bfloat16 instructions:",
+      ", ".join(sorted(tricks.BF16_CPU_FLAGS & flags)) or "none found")
+for dtype in (torch.float32, torch.bfloat16):
+    a = torch.randn(512, 512, dtype=dtype)
+    timer = benchmark.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.5)
+    print(f"{str(dtype):<15} {format_seconds(timer.median):>8} per 512 x 512 matrix multiply")
+
+# %% [markdown]
+# - **bf16 autocast** on a CPU speeds up matrix multiplies only where such instructions exist; the rest of
+#   the step (loss, norms, optimizer) stays float32. A T4 GPU has no native bfloat16: there the same trick uses
+#   float16 with loss scaling, on its float16 tensor cores.
+# - **bf16 with checkpointing**: in a reference measurement on a 2-core Intel Xeon cloud CPU, bf16
+#   autocast *together with* activation checkpointing made one micro-batch of 2 × 64 tokens about 13× slower
+#   (1.9 s instead of 0.15 s with checkpointing alone, 0.09 s with autocast alone).
+# - **8-bit AdamW**: on a CPU, bitsandbytes unpacks a tensor's states to float32 for its update, so the
+#   optimizer step needs scratch memory and time; a GPU's fused kernel updates in place.
+# - **torch.compile** on the miniature: set `TRY_COMPILE_ON_CPU = True` (it gets `tricks.COMPILE_TIMEOUT_S`,
+#   five minutes) and run the cell twice: the second run finds the compiled kernels in the on-disk cache.
+# - **Memory at scale**: with the full 49,152-word vocabulary and short sequences, the peak can come at the end
+#   of backward, where the tied embedding's gradient briefly exists three times.
+
+# %% [markdown]
 # ### Where the activation formula comes from
 #
 # A 2022 paper by NVIDIA researchers, Korthikanti et al., *Reducing Activation Recomputation in Large
@@ -591,29 +642,18 @@ plt.show()
 # freed memory by default, so the child sets `MALLOC_MMAP_THRESHOLD_=65536`: then freed tensors go back to the
 # system and resident memory tracks the live tensors. The measurement says so itself:
 
-# %% tags=["nbval-ignore-output"]
-# nbval-ignore-output: the counter's description depends on the device and the operating system.
+# %% tags=["nbval-ignore-output"] nbval_reason="the counter's description depends on the device and the operating system."
 print(m.what)
 
 # %% [markdown]
-# ### Why some tricks behave differently on a CPU
+# ### Another budget, another bottleneck
 #
-# - **bf16 autocast** speeds up matrix multiplies only on CPUs with bfloat16 instructions (AVX-512-BF16 or
-#   AMX); the rest of the step (loss, norms, optimizer) stays float32. A T4 GPU has no native bfloat16: there
-#   the same trick uses float16 with loss scaling, on its float16 tensor cores.
-# - **bf16 with checkpointing**: in a reference measurement on a 2-core Intel Xeon cloud CPU, bf16 autocast
-#   *together with* activation checkpointing made one micro-batch of 2 × 64 tokens about 13× slower (1.9 s
-#   instead of 0.15 s with checkpointing alone, 0.09 s with autocast alone).
+# LoRA on Qwen2.5-1.5B at 1,024 tokens on a 16 GB GPU: LoRA already shrinks the optimizer states, so the saved
+# activations and the loss's buffers are what is left, and only smaller micro-batches fit:
 
-# %% [markdown]
-# - **8-bit AdamW**: on a CPU, bitsandbytes unpacks a tensor's states to float32 for its update, so the
-#   optimizer step needs scratch memory and time; a GPU's fused kernel updates in place.
-# - **torch.compile** on a CPU compiles the graphs into C++ that a compiler must build: minutes on a 2-core
-#   laptop the first time, seconds once PyTorch has the result in its on-disk cache. Set
-#   `TRY_COMPILE_ON_CPU = True`, raise `compile_timeout_s`, and run the cell twice to see it finish.
-# - **Memory at scale**: with the full 49,152-word vocabulary and short sequences, the peak can come at the end
-#   of backward, where the tied embedding's gradient briefly exists three times - the head's contribution, the
-#   embedding's and their sum.
+# %%
+diag = bottleneck.what_is_my_bottleneck("qwen2.5-1.5b-instruct", "lora", batch=8, budget_gb=16.0, seq=1024)
+print(diag.text())
 
 # %% [markdown]
 # ### transformers 4 and 5
@@ -622,4 +662,5 @@ print(m.what)
 # (still installed on some hosted notebooks) accepts only a whole number of steps in `warmup_steps`. A count of
 # steps means the same in both, so for a run of known length the helper writes 3 % of the steps, rounded up.
 # transformers 5 also renames `gradient_checkpointing` to `activation_checkpointing`. And `bf16=True` needs
-# native bfloat16: on a GPU without it (a T4) the helper switches to `fp16=True`, float16 with loss scaling.
+# bfloat16 hardware: on a GPU without it (a T4) the helper switches to `fp16=True`, float16 with loss scaling,
+# and on a CPU without bfloat16 instructions to float32.
