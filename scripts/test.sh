@@ -23,9 +23,10 @@ bounded "$VENV/bin/python" -m pytest "$@"
 if [ $# -eq 0 ]; then
   # Another CPU sums 16-bit products in another order. ATEN_CPU_CAPABILITY=default makes PyTorch use its plain
   # (non-vectorised) kernels, which sum differently from this CPU's AVX-512/AMX ones: the two notebooks that
-  # train and count in 16 bits must print the same compared outputs. (ONEDNN_MAX_CPU_ISA=AVX2 would emulate a
+  # train and count in 16 bits, and 01b, which generates and fine-tunes a real model, must print the same
+  # compared outputs. (ONEDNN_MAX_CPU_ISA=AVX2 would emulate a
   # plain AVX2 laptop more fully, but makes bf16 matmuls up to 50x slower: CONTRIBUTING.md says when to use it.)
-  PORTABLE=(notebooks/01_quantization.ipynb notebooks/02_mixed_precision.ipynb)
+  PORTABLE=(notebooks/01_quantization.ipynb notebooks/01b_real_models_qlora.ipynb notebooks/02_mixed_precision.ipynb)
   echo "== again with PyTorch's plain CPU kernels (ATEN_CPU_CAPABILITY=default): ${PORTABLE[*]}"
   ATEN_CPU_CAPABILITY=default bounded "$VENV/bin/python" -m pytest "${PORTABLE[@]}"
 fi

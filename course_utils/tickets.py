@@ -1,0 +1,172 @@
+"""The ticket-routing task of notebooks 01b and 04: read a support ticket, answer with strict JSON naming a team.
+
+A small made-up dataset ships in ``data/tickets``: ``train.jsonl`` (training tickets) and ``heldout.jsonl``
+(tickets the model never trains on, to test it), one ``{"text": ..., "team": ...}`` per line, with the teams
+of :data:`TEAMS`. The model answers ``{"team": "billing"}`` and nothing else; :func:`parse_answer` is strict:
+any other text is not a valid answer.
+
+The pieces QLoRA needs, kept out of the notebook: the chat prompt (:func:`prompt_text`), a training example
+whose loss covers the answer only (:func:`training_example`), greedy answers for many tickets at once
+(:func:`route`) and the two shares the lesson reports (:func:`score`). Nothing heavy is imported here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from course_utils import checks, data_path
+
+if TYPE_CHECKING:
+    import torch
+
+#: The four teams a ticket can go to, in the order the instructions list them.
+TEAMS = ("billing", "technical", "account", "shipping")
+#: The instruction the model reads before every ticket (the system message of the chat template).
+INSTRUCTION = "Route the customer's support ticket to one team: billing, technical, account or shipping."
+#: The splits shipped in ``data/tickets``.
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One support ticket and the team that should handle it."""
+
+    text: str
+    team: str
+
+
+def load_tickets(split: str = "train", path: str | Path | None = None) -> list[Ticket]:
+    """The shipped tickets of ``split`` ("train" or "heldout"), or those of a JSONL file at ``path``."""
+    checks.choice(split, "split", SPLITS)
+    file = Path(path) if path is not None else data_path("tickets", f"{split}.jsonl")
+    tickets = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if not isinstance(row.get("text"), str) or not row["text"].strip():
+            raise ValueError(f"{file}:{number}: a ticket needs a non-empty 'text'")
+        if row.get("team") not in TEAMS:
+            raise ValueError(f"{file}:{number}: team must be one of {', '.join(TEAMS)}, got {row.get('team')!r}")
+        tickets.append(Ticket(row["text"].strip(), row["team"]))
+    if not tickets:
+        raise ValueError(f"{file} holds no tickets")
+    return tickets
+
+
+def answer_text(team: str) -> str:
+    """The one right answer for ``team``, as strict JSON: ``{"team": "billing"}``."""
+    checks.choice(team, "team", TEAMS)
+    return json.dumps({"team": team})
+
+
+def parse_answer(text: str) -> str | None:
+    """The team named by a strict JSON answer ``{"team": "..."}``, or None when ``text`` is anything else.
+
+    Strict: the whole answer (spaces around it aside) must be one JSON object with the single key "team" and a
+    string value. A valid answer may still name a team that does not exist: that is a wrong team, not bad JSON.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string (a generated answer), got {type(text).__name__}")
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return None
+    if isinstance(value, dict) and list(value) == ["team"] and isinstance(value["team"], str):
+        return value["team"]
+    return None
+
+
+def prompt_text(tokenizer: Any, ticket: Ticket | str) -> str:
+    """What the model reads before it answers: the instruction, the ticket, and the assistant's turn opened.
+
+    With the tokenizer's chat template where it has one (SmolLM2-135M-Instruct's), else a plain two-line layout
+    (the stand-in's offline tokenizer has no template).
+    """
+    text = ticket.text if isinstance(ticket, Ticket) else ticket
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("ticket must be a Ticket or a non-empty string")
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": text}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return f"{INSTRUCTION}\nTicket: {text}\nAnswer: "
+
+
+def _end_of_answer(tokenizer: Any) -> str:
+    return tokenizer.eos_token or ""
+
+
+def training_example(tokenizer: Any, ticket: Ticket, device: torch.device | str | None = None) -> dict[str, Any]:
+    """One training example: the prompt, then the answer and the end-of-turn token; the loss sees the answer only.
+
+    The prompt's positions get label -100 (ignored by the loss), so the adapter learns what to answer, not how
+    tickets read. Returns ``input_ids`` and ``attention_mask`` of shape (1, length), and ``labels`` and
+    ``logits_to_keep`` for the last positions only: the same loss as full-length labels, without computing the
+    vocabulary-sized logits of every prompt position (a large part of a CPU step).
+    """
+    import torch
+
+    if not isinstance(ticket, Ticket):
+        raise TypeError(f"ticket must be a Ticket (see load_tickets), got {type(ticket).__name__}")
+    prompt = tokenizer(prompt_text(tokenizer, ticket), add_special_tokens=False)["input_ids"]
+    answer = tokenizer(answer_text(ticket.team) + _end_of_answer(tokenizer), add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + answer], device=device)
+    # Only the last len(answer) + 1 positions predict an answer token: the model computes the vocabulary-sized
+    # logits for those alone (logits_to_keep), and the labels are cut to match (the loss shifts them by one).
+    keep = len(answer) + 1
+    labels = torch.tensor([([-100] * len(prompt) + answer)[-keep:]], device=device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels, "logits_to_keep": keep}
+
+
+def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens: int = 12) -> list[str]:
+    """The model's greedy answers to ``tickets``, generated together (left padding), prompts left out."""
+    import torch
+
+    from course_utils.quiet import quiet_libraries
+
+    checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
+    if isinstance(tickets, (str, Ticket)) or not tickets:
+        raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
+    side = tokenizer.padding_side
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation continues each prompt at its right end
+    try:
+        inputs = tokenizer([prompt_text(tokenizer, t) for t in tickets], return_tensors="pt", padding=True,
+                           add_special_tokens=False, return_token_type_ids=False)
+    finally:
+        tokenizer.padding_side = side
+    inputs = inputs.to(next(model.parameters()).device)
+    was_training = model.training
+    model.eval()
+    with quiet_libraries(), torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+    if was_training:
+        model.train()
+    new = out[:, inputs["input_ids"].shape[1]:]
+    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
+
+
+@dataclass(frozen=True)
+class Score:
+    """How many answers were valid JSON, and how many named the right team, out of ``total`` tickets."""
+
+    valid: int
+    right: int
+    total: int
+
+    def at_least(self, what: str, count: int) -> bool:
+        """True when ``what`` ("valid" or "right") reached ``count`` tickets: a check with a margin."""
+        checks.choice(what, "what", ("valid", "right"))
+        return getattr(self, what) >= checks.integer(count, "count", 0, self.total)
+
+
+def score(answers: Sequence[str], tickets: Sequence[Ticket]) -> Score:
+    """Count the valid JSON answers and the right teams (:func:`parse_answer`) of ``answers`` to ``tickets``."""
+    if len(answers) != len(tickets) or not tickets:
+        raise ValueError(f"need one answer per ticket, got {len(answers)} answers for {len(tickets)} tickets")
+    teams = [parse_answer(a) for a in answers]
+    return Score(sum(t is not None for t in teams), sum(t == k.team for t, k in zip(teams, tickets)), len(tickets))
