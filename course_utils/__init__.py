@@ -1,11 +1,11 @@
 """course_utils: the helpers behind the notebooks of "Pack the bag smarter".
 
-One module per topic: ``hardware`` (what machine is this?), ``quant`` (quantization), ``precision`` (mixed
-precision), ``accumulation`` (gradient accumulation), ``memory`` / ``step_memory`` / ``bottleneck`` (memory
-estimates), ``measure`` (measured steps), ``models`` (loading real and stand-in language models, with
-``hub``, ``standin``, ``footprint``, ``lora``, ``unsloth``), ``plots`` and
-``widgets``; shared helpers in ``checks``, ``units``, ``quiet``, ``configs``, ``architecture``; the command line
-in ``cli``.
+The core, one module per concept: ``hardware`` (what machine is this?), ``quant`` (quantization), ``precision``
+(mixed precision), ``accumulation`` (gradient accumulation), ``memory`` / ``step_memory`` / ``bottleneck`` (memory
+estimates), ``measure`` and ``peak`` (measured steps), ``models`` (loading language models, with ``hub``,
+``standin``, ``packaged``, ``footprint``, ``lora``, ``tickets``, ``unsloth``); shared helpers in ``checks``,
+``units``, ``quiet``, ``configs``, ``architecture``, ``cache``; the command line in ``cli``. The core imports no
+matplotlib and no ipywidgets. ``lessons`` has one module per notebook: its charts, widgets and exercises.
 Modules are imported on demand, so ``import course_utils`` stays cheap.
 """
 from __future__ import annotations

@@ -55,6 +55,11 @@ class NotebookInfo(NamedTuple):
     filename: str
     title: str
 
+    @property
+    def lesson(self) -> str:
+        """Its lesson module in ``course_utils.lessons``: the file name without number and suffix."""
+        return self.filename.removesuffix(".ipynb").split("_", 1)[1]
+
 
 #: The module's notebooks, in teaching order.
 NOTEBOOKS: tuple[NotebookInfo, ...] = (

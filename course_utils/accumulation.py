@@ -283,7 +283,7 @@ def memory_method(device: torch.device | str | None = None) -> str:
     'cuda' (the CUDA allocator's counter) on a CUDA device; 'cpu' (bytes saved for backward, counted with
     ``saved_tensors_hooks``) anywhere else. :data:`MEMORY_METHODS` says what each one measures.
     """
-    from .hardware import as_device
+    from course_utils.hardware import as_device
 
     return "cuda" if as_device(device).type == "cuda" else "cpu"
 
@@ -396,7 +396,7 @@ def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: in
     ``cpu_num_threads`` threads (default 1, for steady timings on a shared machine; None keeps
     PyTorch's setting).
     """
-    from .hardware import pick_device
+    from course_utils.hardware import pick_device
 
     if not sizes:
         raise ValueError("sizes must name at least one micro-batch size")

@@ -7,8 +7,10 @@ Nothing heavy is imported here (no torch), so the online/offline decision can lo
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 #: The cache folder when ``COURSE_UTILS_CACHE`` is not set (never inside the repo).
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
@@ -37,3 +39,23 @@ def writable_cache_dir(folder: str | Path | None = None) -> Path:
             continue
     raise OSError(f"neither {cache_dir()} nor {fallback_dir()} can be created: set COURSE_UTILS_CACHE to a "
                   "writable folder")
+
+
+def build_once(target: Path, build: Callable[[Path], None], complete: Callable[[Path], bool]) -> Path:
+    """Run ``build(tmp)`` in a temporary folder beside ``target``, then rename it to ``target``; return ``target``.
+
+    An interrupted build leaves nothing half-written. When another process finished the same build first,
+    theirs is kept (``complete(target)`` says whether it is whole).
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    try:
+        build(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not complete(target):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

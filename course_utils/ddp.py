@@ -171,7 +171,7 @@ def pick_backend(world_size: int = 2) -> str:
 
     The device question goes through :func:`course_utils.hardware.pick_device`, like every lesson's.
     """
-    from .hardware import pick_device
+    from course_utils.hardware import pick_device
 
     checks.integer(world_size, "world_size", 1, 64)
     if pick_device().type == "cuda" and torch.cuda.device_count() >= world_size:

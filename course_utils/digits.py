@@ -223,6 +223,29 @@ def quality_by_format(model: nn.Module, data: DigitsData, formats: Sequence[str]
     return rows
 
 
+class FormatScore(NamedTuple):
+    """The network in one weight format: test accuracy (0-1), test loss, its weights' stored bytes, and the part
+    of them spent on float32 scales (0 for float formats)."""
+
+    accuracy: float
+    loss: float
+    weight_bytes: int
+    scale_bytes: int
+
+
+def score_in_format(model: nn.Module, data: DigitsData, fmt: str,
+                    block_size: int | None | Literal["row"] = None) -> FormatScore:
+    """``model`` scored with its Linear weights in ``fmt`` (see :func:`model_in_format`), scale bytes counted."""
+    converted, size = model_in_format(model, fmt, block_size)
+    accuracy, loss = evaluate(converted, data)
+    scale_bytes = 0
+    if fmt.startswith("int"):
+        for layer in (m for m in model.modules() if isinstance(m, nn.Linear)):
+            block = layer.weight.shape[1] if block_size == "row" else block_size
+            scale_bytes += quant.packed_storage(layer.weight.numel(), FORMAT_BITS[fmt], block).scales
+    return FormatScore(accuracy, loss, size, scale_bytes)
+
+
 def format_quality_table(rows: Sequence[FormatResult]) -> str:
     """The results as a fixed-width text table: accuracy in % (1 decimal), loss (3 decimals), bytes."""
     lines = [f"{'format':<10}{'bits':>5}{'test accuracy':>15}{'test loss':>11}{'weight bytes':>14}"]

@@ -19,6 +19,7 @@ import torch
 
 from course_utils import checks
 from course_utils.datasheets import DATASHEETS, Datasheet, datasheet_key
+from course_utils.units import GB
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ def gpu_memory_gb(device: torch.device | str | int | None = None) -> float | Non
     dev = as_device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_properties(dev).total_memory / 1e9
+    return torch.cuda.get_device_properties(dev).total_memory / GB
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,26 +153,6 @@ def cpu_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-# --------------------------------------------------------------------------------------------
-# Optional packages
-# --------------------------------------------------------------------------------------------
-def import_bitsandbytes():
-    """Import bitsandbytes quietly, or return None when it is not installed or cannot load.
-
-    On CPUs with AVX-512-bf16, bitsandbytes logs a warning on import about an optional kernel package
-    ("kernels") that would download from the Hugging Face Hub. It is harmless, but it lands on stderr,
-    which nbval compares, so its logger shows errors only while it imports (its level is restored after).
-    """
-    from course_utils.quiet import quiet_loggers
-
-    with quiet_loggers(("bitsandbytes",)):
-        try:
-            import bitsandbytes
-        except Exception:  # noqa: BLE001 - missing, or a build without a backend for this machine
-            return None
-    return bitsandbytes
 
 
 # --------------------------------------------------------------------------------------------

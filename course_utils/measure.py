@@ -625,7 +625,7 @@ def make_optimizer(spec: Mapping[str, Any], params: list[Any]) -> Any:
     import torch
 
     if spec["optimizer"] == "adamw8bit":
-        from course_utils.hardware import import_bitsandbytes
+        from course_utils.quiet import import_bitsandbytes
 
         bnb = import_bitsandbytes()
         if bnb is None:
@@ -646,7 +646,7 @@ def adamw8bit_available(device: Any = "cpu") -> bool:
     4096-number tensor, the smallest that gets 8-bit states). bitsandbytes before 0.49 has no CPU version."""
     import torch
 
-    from course_utils.hardware import import_bitsandbytes
+    from course_utils.quiet import import_bitsandbytes
 
     kind = as_device(device).type
     if kind not in _ADAMW8BIT_WORKS:
@@ -883,7 +883,8 @@ def time_frozen_layer(in_features: int = 576, out_features: int = 1536, tokens: 
     import torch
     from torch.utils import benchmark
 
-    from course_utils.hardware import as_device, import_bitsandbytes
+    from course_utils.hardware import as_device
+    from course_utils.quiet import import_bitsandbytes
 
     dev = as_device(device)
     plan = frozen_layer_plan(dev)  # every dtype decided in one place, by the device

@@ -302,11 +302,6 @@ def format_table(rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUD
     return "\n".join(lines)
 
 
-def lesson_table() -> str:
-    """The lesson's table: four models x four methods, three budgets (what ``python -m course_utils memory`` prints)."""
-    return format_table(estimate_table(), BUDGETS)
-
-
 def model_from_config(config: str | Path | Mapping[str, Any], lora_rank: int = REFERENCE_RANK,
                       targets: str | Iterable[str] = DEFAULT_TARGETS, name: str | None = None) -> ModelSize:
     """A :class:`ModelSize` with exact counts from an architecture config (see :mod:`course_utils.architecture`)."""

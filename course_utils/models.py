@@ -20,11 +20,12 @@ import torch
 
 from course_utils import checks, data_path
 from course_utils.configs import config_name, read_config
-from course_utils.hardware import as_device, autocast_dtype, import_bitsandbytes
+from course_utils.hardware import as_device, autocast_dtype
+from course_utils.quiet import import_bitsandbytes
 from course_utils.quiet import quiet_libraries
 
 if TYPE_CHECKING:
-    from course_utils.standin import ModelChoice
+    from course_utils.hub import ModelChoice
 
 #: Architecture configs of the lesson's real models, shipped in ``data/configs`` (file names).
 QWEN25_CONFIG = "qwen2.5-1.5b-instruct.json"
@@ -150,7 +151,7 @@ def _require_bitsandbytes(bits: int) -> None:
 
 
 def _name_of(choice: ModelChoice | str | Path) -> str:
-    from course_utils.standin import ModelChoice  # standin builds on this module: imported when used
+    from course_utils.hub import ModelChoice
 
     if isinstance(choice, ModelChoice):
         return choice.name
@@ -209,17 +210,6 @@ def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torc
     return model
 
 
-def quantized_layer_count(model: torch.nn.Module) -> int:
-    """How many layers of ``model`` are bitsandbytes 4-bit or 8-bit linears (0 without bitsandbytes)."""
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    bnb = import_bitsandbytes()
-    if bnb is None:
-        return 0
-    kinds = (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
-    return sum(isinstance(module, kinds) for module in model.modules())
-
-
 def load_tokenizer(choice: ModelChoice | str | Path) -> Any:
     """The model's tokenizer: the Hub's for the real model, the offline byte-level BPE for the stand-in."""
     from transformers import AutoTokenizer
@@ -261,19 +251,6 @@ class _MaskFrom:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         scores[:, self.start:] = float("-inf")
         return scores
-
-
-def printable(text: str) -> str:
-    """``text`` with every unprintable character written as its escape: ``\\x12``, ``\\n``, ``\\ufffd``.
-
-    Control characters would move the cursor, ring a bell or break a notebook's output; the replacement
-    character U+FFFD (what a decoder writes for bytes that are not UTF-8) is escaped too, so it reads as
-    what it is. Ordinary text, spaces included, is unchanged.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a string, got {type(text).__name__}")
-    return "".join(ch if ch == " " or (ch.isprintable() and ch != "\ufffd")
-                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 10) -> str:

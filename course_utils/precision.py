@@ -743,19 +743,21 @@ def compare_runs(reference: TrainResult, other: TrainResult, last: int = 50, los
 # --------------------------------------------------------------------------------------------
 # One setting in the libraries
 # --------------------------------------------------------------------------------------------
-def training_arguments_kwargs(device: torch.device | str | None = None) -> dict[str, bool]:
-    """Mixed-precision keyword arguments for ``transformers.TrainingArguments`` on ``device``.
+def training_arguments_kwargs(device: torch.device | str | None = None, *, cpu_bf16: bool = True) -> dict[str, bool]:
+    """Mixed-precision keyword arguments for ``transformers.TrainingArguments`` on ``device``: the one 16-bit rule.
 
     Ampere+ GPU: ``bf16=True``. Older GPU (T4, V100): ``fp16=True`` (the Trainer adds loss scaling).
     CPU: ``bf16=True, use_cpu=True``: transformers refuses ``bf16=True`` without a bf16 GPU unless told
     that the CPU is meant, and ``fp16=True`` would be accepted but runs float16 maths, very slow on CPUs.
+    ``cpu_bf16=False`` (a CPU without bfloat16 instructions, see :func:`course_utils.tricks.cpu_bf16_fast`)
+    gives ``bf16=False``: emulated bfloat16 would be many times slower than float32.
     Note that transformers itself would accept ``bf16=True`` on a T4 (bfloat16 is emulated there, slowly):
     the choice follows the compute capability, as :func:`course_utils.hardware.autocast_dtype` does.
     """
     dev = hardware.as_device(device)
     if dev.type == "cuda":
         return {"bf16": True} if hardware.autocast_dtype(dev) == torch.bfloat16 else {"fp16": True}
-    return {"bf16": True, "use_cpu": True}
+    return {"bf16": bool(cpu_bf16), "use_cpu": True}
 
 
 def library_settings(dtype: str | torch.dtype) -> dict[str, str]:

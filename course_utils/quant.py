@@ -48,9 +48,6 @@ EIGHT_STEPS_4BIT: tuple[int, ...] = (2, -1, 6, -4, 0, -7, 4, 1)
 EIGHT_STEP_4BIT = 0.05
 #: Read back (step x 0.05) and error (read-back - weight), to two decimals.
 EIGHT_READ_BACK_4BIT: tuple[float, ...] = (0.10, -0.05, 0.30, -0.20, 0.00, -0.35, 0.20, 0.05)
-EIGHT_ERRORS_4BIT: tuple[float, ...] = (-0.02, 0.0, -0.01, 0.02, -0.02, 0.0, 0.02, -0.02)
-
-
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------
@@ -462,7 +459,7 @@ def quantize_nf4(x: torch.Tensor, block_size: int = 64, levels: torch.Tensor | N
 
 def bnb_nf4_levels() -> torch.Tensor | None:
     """bitsandbytes' own NF4 code book (16 values), or None when bitsandbytes is not installed."""
-    from course_utils.hardware import import_bitsandbytes
+    from course_utils.quiet import import_bitsandbytes
 
     bnb = import_bitsandbytes()
     if bnb is None:
@@ -488,7 +485,7 @@ def bnb_nf4_round_trip(x: torch.Tensor, block_size: int = 64) -> BnbNF4 | None:
     x = check_tensor(x)
     checks.integer(block_size, "block_size")
     checks.choice(block_size, "block_size (for bitsandbytes)", BNB_BLOCK_SIZES)
-    from course_utils.hardware import import_bitsandbytes
+    from course_utils.quiet import import_bitsandbytes
 
     if import_bitsandbytes() is None:
         return None

@@ -28,6 +28,21 @@ def quiet_loggers(names: tuple[str, ...] = LOGGERS, level: int = logging.ERROR) 
             logging.getLogger(name).setLevel(old)
 
 
+def import_bitsandbytes():
+    """Import bitsandbytes quietly, or return None when it is not installed or cannot load.
+
+    On CPUs with AVX-512-bf16, bitsandbytes logs a warning on import about an optional kernel package
+    ("kernels") that would download from the Hugging Face Hub. It is harmless, but it lands on stderr,
+    which nbval compares, so its logger shows errors only while it imports (its level is restored after).
+    """
+    with quiet_loggers(("bitsandbytes",)):
+        try:
+            import bitsandbytes
+        except Exception:  # noqa: BLE001 - missing, or a build without a backend for this machine
+            return None
+    return bitsandbytes
+
+
 @contextmanager
 def quiet_libraries() -> Iterator[None]:
     """Silence Python warnings, library loggers and transformers' progress bars inside the block; restore after.
@@ -37,8 +52,6 @@ def quiet_libraries() -> Iterator[None]:
     """
     with warnings.catch_warnings(), quiet_loggers():
         warnings.simplefilter("ignore")
-        from course_utils.hardware import import_bitsandbytes
-
         import_bitsandbytes()
         from transformers.utils import logging as hf_logging
 

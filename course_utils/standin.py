@@ -17,22 +17,19 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from course_utils import checks, data_path, packaged
-from course_utils.cache import cache_dir
-from course_utils.hub import REAL_MODEL, decide_source
-from course_utils.models import dtype_kwargs, printable, transformers_config
+from course_utils.cache import build_once, cache_dir
+from course_utils.hub import REAL_MODEL, ModelChoice, decide_source
+from course_utils.models import dtype_kwargs, transformers_config
 from course_utils.quiet import quiet_libraries
 
 #: The stand-in's architecture config, shipped in ``data/configs`` (file name).
 STANDIN_CONFIG = "smollm2-135m.json"
-#: Exact parameter count of the SmolLM2-135M architecture (tied embeddings), the lesson's number.
-STANDIN_PARAMS = 134_515_008
 #: The dtype the stand-in's random weights are *stored* in on disk (loading casts per device).
 STANDIN_STORAGE_DTYPE = torch.bfloat16
 def _standin_key(config: Any, seed: int) -> str:
@@ -67,8 +64,8 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
         if folder is not None:
             raise
         return ensure_standin(config, seed=seed, folder=Path(tempfile.gettempdir()) / "course_utils")
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
-    try:
+
+    def build(tmp: Path) -> None:
         with quiet_libraries(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             # bfloat16 on disk is a storage choice (half the bytes of float32, float32's range);
@@ -81,73 +78,8 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
             "Course stand-in: a real architecture with RANDOM weights (seed "
             f"{seed}). Its generated text is noise. Built by course_utils.standin.ensure_standin.\n",
             encoding="utf-8")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same build first: keep theirs
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
-
-#: Which weights ran, per source, in the words every generated line uses.
-WEIGHTS = {"real": "the Hub original", "packaged": packaged.WEIGHTS,
-           "standin": "random weights (the stand-in: its text is noise)"}
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """The model the notebook will use: where it loads from, which weights those are, and why.
-
-    ``source``: ``"real"`` (the Hub original), ``"packaged"`` (:mod:`course_utils.packaged`) or ``"standin"``;
-    by default ``"standin"`` when ``is_standin``, else ``"real"``.
-    """
-
-    name: str
-    is_standin: bool
-    reason: str
-    source: str = field(default="")
-
-    def __post_init__(self) -> None:
-        if not self.source:
-            object.__setattr__(self, "source", "standin" if self.is_standin else "real")
-        checks.choice(self.source, "source", tuple(WEIGHTS))
-        if self.is_standin != (self.source == "standin"):
-            raise ValueError(f"is_standin={self.is_standin} contradicts source={self.source!r}")
-
-    @property
-    def from_hub(self) -> bool:
-        """True for the Hub original: the one choice that can also download other models."""
-        return self.source == "real"
-
-    @property
-    def weights(self) -> str:
-        """Which weights run: "the Hub original", "a packaged copy already rounded to 4 bits (Q4_1) ..." or noise."""
-        return WEIGHTS[self.source]
-
-    @property
-    def label(self) -> str:
-        """Prefix for every printed line, so nobody mistakes stand-in numbers or text for the real model's."""
-        if self.source == "standin":
-            return "[STAND-IN: SmolLM2-135M architecture, random weights]"
-        if self.source == "packaged":
-            return "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"
-        return f"[{self.name}]"
-
-    def show_text(self, text: str) -> str:
-        """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).
-
-        The stand-in's random weights write noise, often with control bytes in it: the line says so, and
-        :func:`course_utils.models.printable` turns each unprintable character into an escape such as ``\\x12``.
-        """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a string (what generate_text returned), got {type(text).__name__}")
-        if self.is_standin:
-            return (f"{self.label} random-weight output (noise, not an answer; unprintable characters escaped): "
-                    f"'{printable(text)}'")
-        return f"{self.label} answer: '{printable(text)}'"
+    return build_once(target, build, lambda done: (done / "config.json").exists())
 
 
 def choose_model(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5, seed: int = 0) -> ModelChoice:
@@ -160,13 +92,18 @@ def choose_model(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5, seed: 
     decision = decide_source(model_name, timeout_s=timeout_s)
     if decision.source == "real":
         return ModelChoice(model_name, False, decision.reason)
-    if decision.source == "packaged":
-        try:
-            return ModelChoice(str(packaged.convert()), False, decision.reason, "packaged")
-        except Exception as error:  # noqa: BLE001 - any failure to convert means: use the stand-in, and say why
-            reason = f"{decision.reason}, but its conversion failed ({type(error).__name__}: {error})"
-            return ModelChoice(str(ensure_standin(seed=seed)), True, reason)
-    return ModelChoice(str(ensure_standin(seed=seed)), True, decision.reason)
+    found = packaged.availability() if model_name == REAL_MODEL else None  # the copy is of SmolLM2 only
+    if found is None:
+        why = (f"{decision.reason}, and the packaged copy is not installed ({packaged.PIP_INSTALL})"
+               if model_name == REAL_MODEL else f"{decision.reason}, and no packaged copy of {model_name} exists")
+        return ModelChoice(str(ensure_standin(seed=seed)), True, why)
+    reason = decision.reason + ("; the packaged copy is installed and converted" if found == "converted"
+                                else "; the packaged copy is installed: converted once now, then reused")
+    try:
+        return ModelChoice(str(packaged.convert()), False, reason, "packaged")
+    except Exception as error:  # noqa: BLE001 - any failure to convert means: use the stand-in, and say why
+        reason = f"{reason}, but its conversion failed ({type(error).__name__}: {error})"
+        return ModelChoice(str(ensure_standin(seed=seed)), True, reason)
 
 
 def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) -> str | None:

@@ -94,7 +94,19 @@ def prompt_text(tokenizer: Any, ticket: Ticket | str) -> str:
     return f"{INSTRUCTION}\nTicket: {text}\nAnswer: "
 
 
-def _end_of_answer(tokenizer: Any) -> str:
+def end_of_answer(tokenizer: Any) -> str:
+    """What closes an answer: the chat template's end of an assistant turn (SmolLM2: ``<|im_end|>``), else eos.
+
+    Read from the template, not from ``eos_token``: a tokenizer converted from GGUF by some transformers
+    versions (5.15) names ``<|im_start|>`` as its eos token, and a model trained to end with that would run on.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        marker = "ANSWER-END-MARKER"
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "?"}, {"role": "assistant",
+                                              "content": marker}], tokenize=False)
+        end = text[text.rindex(marker) + len(marker):].strip()
+        if end:
+            return end
     return tokenizer.eos_token or ""
 
 
@@ -111,7 +123,7 @@ def training_example(tokenizer: Any, ticket: Ticket, device: torch.device | str 
     if not isinstance(ticket, Ticket):
         raise TypeError(f"ticket must be a Ticket (see load_tickets), got {type(ticket).__name__}")
     prompt = tokenizer(prompt_text(tokenizer, ticket), add_special_tokens=False)["input_ids"]
-    answer = tokenizer(answer_text(ticket.team) + _end_of_answer(tokenizer), add_special_tokens=False)["input_ids"]
+    answer = tokenizer(answer_text(ticket.team) + end_of_answer(tokenizer), add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt + answer], device=device)
     # Only the last len(answer) + 1 positions predict an answer token: the model computes the vocabulary-sized
     # logits for those alone (logits_to_keep), and the labels are cut to match (the loss shifts them by one).
@@ -129,21 +141,26 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
     checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
     if isinstance(tickets, (str, Ticket)) or not tickets:
         raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
-    side = tokenizer.padding_side
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if tokenizer.pad_token_id is None:
+    side, pad_token = tokenizer.padding_side, tokenizer.pad_token
+    if pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    pad = tokenizer.pad_token_id
     tokenizer.padding_side = "left"  # generation continues each prompt at its right end
     try:
         inputs = tokenizer([prompt_text(tokenizer, t) for t in tickets], return_tensors="pt", padding=True,
                            add_special_tokens=False, return_token_type_ids=False)
     finally:
-        tokenizer.padding_side = side
+        tokenizer.padding_side, tokenizer.pad_token = side, pad_token
     inputs = inputs.to(next(model.parameters()).device)
+    # Stop at the end of an answer as training wrote it, and at whatever the model's own config says.
+    stops = tokenizer(end_of_answer(tokenizer), add_special_tokens=False)["input_ids"][-1:]
+    own = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    stops += [own] if isinstance(own, int) else list(own or [])
     was_training = model.training
     model.eval()
     with quiet_libraries(), torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+                             eos_token_id=sorted(set(stops)) or None)
     if was_training:
         model.train()
     new = out[:, inputs["input_ids"].shape[1]:]

@@ -410,10 +410,6 @@ LESSON_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-#: The lesson's warm-up, as a share of the optimizer steps.
-WARMUP_SHARE = 0.03
-
-
 def _training_arguments_fields() -> set[str]:
     """The names ``transformers.TrainingArguments`` accepts in the installed version (nothing is built)."""
     import dataclasses
@@ -447,9 +443,8 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
 
     ``fields`` are the accepted names (default: the installed ``TrainingArguments``'s).
     """
-    import torch
-
-    from course_utils.hardware import as_device, autocast_dtype
+    from course_utils.hardware import as_device
+    from course_utils.precision import training_arguments_kwargs
 
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
@@ -481,15 +476,15 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
     kwargs["report_to"] = "none"
     changes.append("report_to='none': no experiment tracker (transformers 4 reports to every tracker it finds, "
                    "and Colab has wandb, which would stop at a login prompt)")
-    if dev.type == "cuda":
-        if autocast_dtype(dev) == torch.float16:
-            kwargs.update(bf16=False, fp16=True)
-            changes.append("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below "
-                           "8.0, e.g. a T4); float16 autocast, with the loss scaling the Trainer adds")
-    else:
+    rule = training_arguments_kwargs(dev, cpu_bf16=cpu_bf16)  # the one 16-bit rule
+    if rule.get("fp16"):
+        kwargs.update(bf16=False, fp16=True)
+        changes.append("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below "
+                       "8.0, e.g. a T4); float16 autocast, with the loss scaling the Trainer adds")
+    if rule.get("use_cpu"):
         kwargs.update(use_cpu=True, disable_tqdm=True)
         changes.append("use_cpu=True, disable_tqdm=True: no GPU; no progress bar on stderr")
-        if not cpu_bf16:
+        if not rule["bf16"]:
             kwargs["bf16"] = False
             changes.append("bf16=True -> False: this CPU has no bfloat16 instructions (AVX-512-BF16 or AMX), so "
                            "16-bit matrix multiplies would be emulated, many times slower than float32")
@@ -518,7 +513,7 @@ def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: in
             raise ValueError("give device or cuda, not both")
         device = "cuda" if cuda else "cpu"
     with quiet_libraries():  # bitsandbytes first: transformers may import it, and its CPU notice reaches stderr
-        from course_utils.hardware import import_bitsandbytes
+        from course_utils.quiet import import_bitsandbytes
 
         bnb = import_bitsandbytes()
         from transformers import TrainingArguments

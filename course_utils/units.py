@@ -36,3 +36,16 @@ def format_seconds(seconds: Any) -> str:
     if ms >= 0.1:
         return f"{ms:.2g} ms" if ms < 1 else f"{ms:.1f} ms"
     return f"{s * 1e6:.2g} µs"
+
+
+def printable(text: str) -> str:
+    """``text`` with every unprintable character written as its escape: ``\\x12``, ``\\n``, ``\\ufffd``.
+
+    Control characters would move the cursor, ring a bell or break a notebook's output; the replacement
+    character U+FFFD (what a decoder writes for bytes that are not UTF-8) is escaped too, so it reads as
+    what it is. Ordinary text, spaces included, is unchanged.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    return "".join(ch if ch == " " or (ch.isprintable() and ch != "\ufffd")
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)

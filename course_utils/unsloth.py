@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from course_utils import checks
-from course_utils.standin import ModelChoice
+from course_utils.hub import ModelChoice
 
 
 def on_colab() -> bool:

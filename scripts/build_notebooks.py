@@ -81,73 +81,37 @@ EXEC_ENV = {
 SETUP_TITLE = "#@title Setup: the course helpers, versions and hardware (run me first)"
 
 
+#: The first code cell of every notebook, as a real Python file (ruff checks it); the build fills in its values.
+SETUP_TEMPLATE = Path(__file__).with_name("setup_cell.py")
+
+
 def setup_cell_source(extras: list[str]) -> str:
     """The standard first code cell: install on Colab only, then print versions, hardware and version notes.
 
-    Its logic is unit-tested by executing this text with a fake pip and a simulated Colab (tests/test_setup_cell.py,
-    and the device profiles in tests/test_gpu_paths.py).
+    :data:`SETUP_TEMPLATE` with this version's values written into its capitalised settings lines, and the
+    template's own note to maintainers left out. Its logic is unit-tested by executing this text with a fake pip
+    and a simulated Colab (tests/test_setup_cell.py, and the device profiles in tests/test_gpu_paths.py).
     """
     needs = {name: about.SUPPORTED[name][0] for name in about.COLAB_INSTALLS}
     needs.update({name: "0" for name in extras if name not in needs})
-    needs_text = ", ".join(f"{name!r}: {floor!r}" for name, floor in needs.items())
-    caps_text = ", ".join(f"{name!r}: {about.SUPPORTED[name][1]!r}" for name in about.COLAB_CAPPED)
-    return f'''{SETUP_TITLE}
-# Run this cell first. On Colab: install the course helpers at the version this notebook was built with, plus {", ".join(needs)}
-# where missing or too old. Never torch or transformers: Colab's own builds stay. To install the helpers from
-# a fork or a mirror, set {about.SOURCE_ENV} first, e.g. %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main
-import importlib.metadata, os, subprocess, sys
-
-HELPERS = os.environ.get("{about.SOURCE_ENV}") or "{about.install_spec()}"
-NEEDS = {{{needs_text}}}  # package: oldest version the course works with
-CAPS = {{{caps_text}}}  # package: newest version the course was tested with (installed no newer)
-
-
-class SetupFailed(Exception):
-    def _render_traceback_(self):  # Jupyter shows this one message instead of a traceback
-        return [f"Setup failed: {{self}}"]
-
-
-def on_colab():
-    return any(k.startswith("COLAB_") for k in os.environ) or "google.colab" in sys.modules
-
-
-def too_old(name, floor):
-    try:
-        have = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    as_ints = lambda v: [int(p) for p in v.split("+")[0].split(".")[:3] if p.isdigit()]
-    return as_ints(have) < as_ints(floor)
-
-
-def pip_install(*args, what, hint):
-    keep = os.path.join(os.path.expanduser("~"), ".course-keep.txt")  # pip may not touch these two
-    with open(keep, "w") as f:
-        f.writelines(f"{{n}}=={{importlib.metadata.version(n)}}\\n" for n in ("torch", "transformers") if not too_old(n, "0"))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", keep, *args],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0:
-        said = ((done.stdout or "") + (done.stderr or "")).strip().splitlines()[-15:] or ["(nothing)"]
-        raise SetupFailed(f"pip could not install {{what}}.\\n{{hint}}\\npip's last lines:\\n    " + "\\n    ".join(said))
-
-
-if on_colab():
-    if os.environ.get("{about.SOURCE_ENV}"):
-        where = f"{about.SOURCE_ENV}={{HELPERS}}"
-        hint = ("Check that value, or point it elsewhere in a new cell, e.g.\\n    %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main\\n"
-                "or clear it (%env {about.SOURCE_ENV}=) to use the release tag {about.release_tag()}; then run this cell again.")
-    else:
-        where = "{about.repo_url()} at tag {about.release_tag()}"
-        hint = ("That tag may not be published yet. To install the helpers from elsewhere (a fork, a branch), run\\n"
-                "    %env {about.SOURCE_ENV}=git+https://github.com/YOU/FORK@main\\nin a new cell, then run this cell again.")
-    pip_install("--no-deps", HELPERS, what=f"the course helpers from {{where}}", hint=hint)
-    missing = [f"{{name}}>={{floor}}" + (f",<={{CAPS[name]}}" if name in CAPS else "")
-               for name, floor in NEEDS.items() if too_old(name, floor)]
-    if missing:
-        pip_install(*missing, what=", ".join(missing), hint="The 4-bit and LoRA cells need them.")
-
-from course_utils.hardware import setup_report
-print(setup_report())'''
+    values = {
+        "SOURCE_ENV": repr(about.SOURCE_ENV),
+        "RELEASE": repr(about.release_tag()),
+        "REPO_URL": repr(about.repo_url()),
+        "HELPERS": f"os.environ.get(SOURCE_ENV) or {about.install_spec()!r}",
+        "NEEDS": repr(needs),
+        "CAPS": repr({name: about.SUPPORTED[name][1] for name in about.COLAB_CAPPED}),
+    }
+    text = SETUP_TEMPLATE.read_text(encoding="utf-8")
+    text = re.sub(r"(?ms)^# \(This file is the template.*?\)\n", "", text)
+    for name, value in values.items():
+        text, count = re.subn(rf"(?m)^{name} = [^#\n]*?(\s*#.*)?$", lambda m, n=name, v=value: f"{n} = {v}{m.group(1) or ''}",
+                              text)
+        if count != 1:
+            raise RuntimeError(f"{SETUP_TEMPLATE.name} must set {name} on one line of its own")
+    if not text.startswith(SETUP_TITLE + "\n"):
+        raise RuntimeError(f"{SETUP_TEMPLATE.name} must start with {SETUP_TITLE!r}")
+    return text.rstrip("\n")
 
 
 def stamp_header(index: int) -> str:
@@ -342,7 +306,7 @@ CORE_LIMIT_MINUTES = 60
 CORE_WORD_LIMIT, PRINTED_WORD_LIMIT = 1500, 700
 CORE_WORD_LIMITS = {"04_memory_budget": 1900}
 PRINTED_WORD_LIMITS: dict[str, int] = {}
-EXERCISE = re.compile(r"^\s*check_\w+\(", re.M)
+EXERCISE = re.compile(r"^\s*(?:lesson\.)?check_\w+\(", re.M)
 _DETAILS = re.compile(r"<details>.*?</details>", re.S)
 
 
@@ -605,7 +569,8 @@ def stamp_readme(text: str) -> str:
     return stamp_between(text, TABLE_START, TABLE_END, readme_table())
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="notebook stems, e.g. 01_quantization (default: all)")
     parser.add_argument("--execute", action="store_true", help="execute and save outputs")
@@ -618,65 +583,95 @@ def main(argv: list[str] | None = None) -> int:
                         help="export static HTML slides of the committed notebooks into DIR")
     parser.add_argument("--reveal-prefix", help="with --slides: where reveal.js is (default: a CDN)")
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def stamp_or_check_readme(check: bool) -> int:
+    """Stamp README.md's notebook table from about.py, or (``check``) return 1 when it drifted."""
+    readme = README.read_text(encoding="utf-8")
+    if stamp_readme(readme) == readme:
+        return 0
+    if check:
+        print("DRIFT: README.md's notebook table differs from course_utils/about.py; rebuild it")
+        return 1
+    README.write_text(stamp_readme(readme), encoding="utf-8")
+    print("stamped README.md notebook table")
+    return 0
+
+
+def check_or_restamp(stem: str, restamp: bool) -> int:
+    """``--check``: 1 when the committed notebook drifted from its source. ``--restamp``: rebuild keeping outputs."""
+    target = OUT / f"{stem}.ipynb"
+    committed = nbformat.read(target, as_version=4) if target.exists() else None
+    try:
+        fresh = build(stem, executed=committed) if committed is not None else None
+    except CodeChanged:
+        fresh = None
+    if not restamp:
+        if fresh is None or sources_of(committed) != sources_of(fresh):
+            print(f"DRIFT: {target.relative_to(ROOT)} differs from notebooks/src/{stem}.py; rebuild it")
+            return 1
+        return 0
+    if fresh is None:
+        print(f"not restamped {target.relative_to(ROOT)}: a code cell changed; use --execute")
+        return 1
+    nbformat.write(fresh, target)
+    print(f"restamped {target.relative_to(ROOT)} (outputs kept)")
+    return 0
+
+
+def write_unexecuted(stem: str, no_outputs: bool) -> int:
+    """Build without executing; never over an executed notebook unless ``no_outputs``."""
+    target = OUT / f"{stem}.ipynb"
+    if not no_outputs and target.exists() and has_outputs(target):
+        print(f"kept {target.relative_to(ROOT)}: it holds executed outputs, which nbval compares. "
+              f"Use --execute to rebuild it with fresh outputs (or --no-outputs to drop them)")
+        return 1
+    nbformat.write(build(stem), target)
+    print(f"wrote {target.relative_to(ROOT)}")
+    return 0
+
+
+def execute_one(stem: str, timeout: int) -> int:
+    """Build, execute top to bottom, record the cell times, write; stamp the instructor guide's table."""
+    target = OUT / f"{stem}.ipynb"
+    fresh = build(stem)
+    start = time.perf_counter()
+    seconds = execute(fresh, timeout)
+    fresh = build(stem, executed=fresh)  # slides again from the source, now that outputs have heights
+    print(f"executed {target.name} in {time.perf_counter() - start:.1f} s")
+    record_times(stem, seconds)
+    nbformat.write(fresh, target)
+    print(f"wrote {target.relative_to(ROOT)}")
+    if GUIDE.exists():
+        guide = GUIDE.read_text(encoding="utf-8")
+        if stamp_between(guide, TIMES_START, TIMES_END, times_table()) != guide:
+            GUIDE.write_text(stamp_between(guide, TIMES_START, TIMES_END, times_table()), encoding="utf-8")
+            print(f"stamped {GUIDE.name}'s cell-time table")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     stems = args.names or [Path(nb.filename).stem for nb in about.NOTEBOOKS
                            if (SRC / (Path(nb.filename).stem + ".py")).exists()]
     stems = [Path(stem).stem for stem in stems]
     if args.slides:
         export_slides(stems, args.slides, args.reveal_prefix)
         return 0
-    status = 0
-    readme = README.read_text(encoding="utf-8")
-    if args.check and stamp_readme(readme) != readme:
-        print("DRIFT: README.md's notebook table differs from course_utils/about.py; rebuild it")
-        status = 1
-    elif not args.check and stamp_readme(readme) != readme:
-        README.write_text(stamp_readme(readme), encoding="utf-8")
-        print("stamped README.md notebook table")
+    status = stamp_or_check_readme(args.check)
     for stem in stems:
-        target = OUT / f"{stem}.ipynb"
         if args.check or args.restamp:
-            committed = nbformat.read(target, as_version=4) if target.exists() else None
-            try:
-                fresh = build(stem, executed=committed) if committed is not None else None
-            except CodeChanged:
-                fresh = None
-            if args.check and (fresh is None or sources_of(committed) != sources_of(fresh)):
-                print(f"DRIFT: {target.relative_to(ROOT)} differs from notebooks/src/{stem}.py; rebuild it")
-                status = 1
-            elif args.restamp and fresh is None:
-                print(f"not restamped {target.relative_to(ROOT)}: a code cell changed; use --execute")
-                status = 1
-            elif args.restamp:
-                nbformat.write(fresh, target)
-                print(f"restamped {target.relative_to(ROOT)} (outputs kept)")
-            continue
-        fresh = build(stem)
-        if not args.execute and not args.no_outputs and target.exists() and has_outputs(target):
-            print(f"kept {target.relative_to(ROOT)}: it holds executed outputs, which nbval compares. "
-                  f"Use --execute to rebuild it with fresh outputs (or --no-outputs to drop them)")
-            status = max(status, 1)
-            continue
-        if args.execute and len(stems) > 1:
+            status = max(status, check_or_restamp(stem, args.restamp))
+        elif not args.execute:
+            status = max(status, write_unexecuted(stem, args.no_outputs))
+        elif len(stems) > 1:
             # One process per notebook: a second NotebookClient in the same process was seen to stall for
             # the whole cell timeout after the first one finished.
             done = subprocess.run([sys.executable, __file__, "--execute", "--timeout", str(args.timeout), stem])
             status = max(status, done.returncode)
-            continue
-        if args.execute:
-            start = time.perf_counter()
-            seconds = execute(fresh, args.timeout)
-            fresh = build(stem, executed=fresh)  # slides again from the source, now that outputs have heights
-            print(f"executed {target.name} in {time.perf_counter() - start:.1f} s")
-            record_times(stem, seconds)
-        nbformat.write(fresh, target)
-        print(f"wrote {target.relative_to(ROOT)}")
-        if args.execute and GUIDE.exists():
-            guide = GUIDE.read_text(encoding="utf-8")
-            if stamp_between(guide, TIMES_START, TIMES_END, times_table()) != guide:
-                GUIDE.write_text(stamp_between(guide, TIMES_START, TIMES_END, times_table()), encoding="utf-8")
-                print(f"stamped {GUIDE.name}'s cell-time table")
+        else:
+            status = max(status, execute_one(stem, args.timeout))
     return status
 
 

@@ -385,7 +385,7 @@ def requirement_problem(package: str) -> str | None:
         if importlib.util.find_spec(package) is None:
             return f"{package} is not installed"
         if package == "bitsandbytes":
-            from course_utils.hardware import import_bitsandbytes
+            from course_utils.quiet import import_bitsandbytes
 
             return None if import_bitsandbytes() is not None else "bitsandbytes is installed but does not import here"
         importlib.import_module(package)
@@ -1304,9 +1304,9 @@ def qlora_run(ctx: Context, out: Outcome, case: dict[str, Any], choice: Any) -> 
 
 def section_qlora(ctx: Context, out: Outcome) -> None:
     """The stand-in in 4 bits + LoRA: 8 AdamW steps, then 10 generated tokens; float16 compute on every GPU."""
-    from course_utils import hardware, standin
+    from course_utils import hardware, hub, standin
 
-    choice = standin.ModelChoice(str(standin.ensure_standin()), True, "gpu_check always uses the offline stand-in")
+    choice = hub.ModelChoice(str(standin.ensure_standin()), True, "gpu_check always uses the offline stand-in")
     out.data["model"] = choice.label
     rows = []
     for case in qlora_cases(bool(hardware.bf16_native(ctx.device))):

@@ -19,7 +19,16 @@ if [ $# -eq 0 ]; then
   echo "== ruff check (configured in pyproject.toml)"
   "$VENV/bin/ruff" check --quiet && echo "ruff: clean"
 fi
-bounded "$VENV/bin/python" -m pytest "$@"
+if [ $# -gt 0 ]; then
+  bounded "$VENV/bin/python" -m pytest "$@"
+else
+  # The unit tests in parallel (one worker per core, one thread each: most of their time is child processes
+  # starting torch), then the notebooks one at a time, with the threads they set themselves.
+  echo "== unit tests (tests/), in parallel"
+  OMP_NUM_THREADS=1 bounded "$VENV/bin/python" -m pytest -n auto tests
+  echo "== every notebook under nbval"
+  bounded "$VENV/bin/python" -m pytest notebooks
+fi
 if [ $# -eq 0 ]; then
   # Another CPU sums 16-bit products in another order. ATEN_CPU_CAPABILITY=default makes PyTorch use its plain
   # (non-vectorised) kernels, which sum differently from this CPU's AVX-512/AMX ones: the two notebooks that

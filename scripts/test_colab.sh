@@ -28,7 +28,7 @@ export PYTHONHASHSEED=0
 export PATH="$PWD/$VENV/bin:$PATH"
 # The tests that build every widget and move its controls (ipywidgets 7 here), the setup cell's and this stack's
 # own tests, then every notebook. pyproject's pytest options (--nbval, the sanitizer, the cell timeout) apply.
-DEFAULT=(tests/test_widgets.py tests/test_quant_views.py tests/test_precision_views.py tests/test_setup_cell.py
+DEFAULT=(tests/test_widgets.py tests/test_lesson_quantization.py tests/test_lesson_mixed_precision.py tests/test_setup_cell.py
          tests/test_colab_stack.py notebooks/*.ipynb)
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
 for arg in "$@"; do [ -e "${arg%%::*}" ] && { DEFAULT=(); break; }; done   # a test path given: only that

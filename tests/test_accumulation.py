@@ -512,8 +512,8 @@ ROWS = [acc.MicroBatchRow(s, 64 // s, True, 1e-8, 1000 * s, 0.001 * 64 / s, "tes
 
 
 def test_plot_is_titled_and_labelled() -> None:
-    from course_utils.plots import accumulation as plots
-    from course_utils.plots import plt
+    from course_utils.lessons import gradient_accumulation as plots
+    from course_utils.lessons.kit import plt
 
     fig = plots.plot_micro_batch_sweep(ROWS, highlight=8, budget_bytes=8000)
     for ax in fig.axes:
@@ -528,7 +528,7 @@ def test_plot_is_titled_and_labelled() -> None:
 
 
 def test_description_names_the_numbers() -> None:
-    from course_utils.plots import accumulation as plots
+    from course_utils.lessons import gradient_accumulation as plots
 
     text = plots.describe_micro_batch_sweep(ROWS, budget_bytes=8000)
     assert "1.0 KB at micro-batch 1" in text and "64.0 KB at 64" in text
@@ -537,8 +537,8 @@ def test_description_names_the_numbers() -> None:
 
 
 def test_widget_callback_and_widget(capsys) -> None:
-    from course_utils.plots import plt
-    from course_utils.widgets import accumulation as widgets
+    from course_utils.lessons.kit import plt
+    from course_utils.lessons import gradient_accumulation as widgets
 
     fig = widgets.show_micro_batch(8, ROWS, budget_bytes=8000)
     plt.close(fig)

@@ -33,7 +33,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_memory_prints_the_lesson_table(capsys) -> None:
     status, out, err = run(capsys, "memory")
     assert status == 0 and err == ""
-    assert out == mem.lesson_table() + "\n"
+    assert out == mem.format_table(mem.estimate_table(), mem.BUDGETS) + "\n"
     assert out.startswith(LESSON_TABLE_TOP)
     assert "(bfloat16)" not in out  # full-bf16 is selectable, never in the lesson's four methods
 

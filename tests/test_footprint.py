@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils import footprint as F
-from course_utils.hardware import import_bitsandbytes
+from course_utils.quiet import import_bitsandbytes
 from course_utils.models import QWEN3_CONFIG, QWEN25_CONFIG, load_model, meta_model
 from course_utils.standin import STANDIN_CONFIG
 from course_utils.units import format_bytes
@@ -159,7 +159,7 @@ def test_footprints_measured_match_computed(tiny_standin) -> None:
 # Chart and widget callback
 # --------------------------------------------------------------------------------------------
 def test_footprint_chart_and_groups() -> None:
-    from course_utils.plots import models as P
+    from course_utils.lessons import real_models_qlora as P
 
     smol = meta_model(STANDIN_CONFIG)
     groups = P.group_bytes(F.footprint_parts(smol, 4))
@@ -180,7 +180,7 @@ def test_footprint_chart_and_groups() -> None:
 
 
 def test_widget_callback_prints_the_report(capsys) -> None:
-    from course_utils.widgets.models import show_ratio
+    from course_utils.lessons.real_models_qlora import show_ratio
 
     show_ratio(576, 30, 49152, True)
     assert "41 %" in capsys.readouterr().out

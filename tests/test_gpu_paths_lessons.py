@@ -13,7 +13,7 @@ import torch
 from course_utils import accumulation as acc
 from course_utils import ddp, hardware, precision
 from course_utils.digits import make_mlp
-from course_utils.widgets import precision as precision_widgets
+from course_utils.lessons import mixed_precision as precision_widgets
 from gpu_sim import Profile, simulate
 
 #: What the lessons must decide on each device: (device type, autocast dtype, GradScaler enabled).

@@ -20,7 +20,8 @@ import torch
 from course_utils import hub, lora, packaged, standin, unsloth
 from course_utils import models as M
 from course_utils.architecture import PROJECTIONS
-from course_utils.hardware import autocast_dtype, import_bitsandbytes, needs_loss_scaling
+from course_utils.hardware import autocast_dtype, needs_loss_scaling
+from course_utils.quiet import import_bitsandbytes
 from gpu_sim import CUDA_PROFILES, PROFILES, simulate
 
 # Import bitsandbytes now, on the real (CPU) machine: imported under a simulated GPU, it would look for its
@@ -89,14 +90,12 @@ def test_decide_source_per_device(device, offline_env, monkeypatch) -> None:
     decision = hub.decide_source()
     assert decision.source == "real" and calls == [1.5]
     monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: False)
-    assert hub.decide_source().source == "standin"
+    assert hub.decide_source().source == "offline"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hub, "cached_on_disk", lambda name: True)
     assert hub.decide_source().source == "real"
     monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
-    assert hub.decide_source().source == "standin"
-    monkeypatch.setattr(packaged, "availability", lambda folder=None: "converted")
-    assert hub.decide_source().source == "packaged"  # offline, on every device alike
+    assert hub.decide_source().source == "offline"
 
 
 @pytest.mark.parametrize("reachable", [True, False])
@@ -109,9 +108,9 @@ def test_choose_model_follows_the_hub_on_every_device(device, offline_env, monke
 
 
 def test_the_lesson_model_loads_only_on_a_gpu_with_the_hub_and_4_bits(device) -> None:
-    real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
-    offline = standin.ModelChoice("/standin", True, "HF_HUB_OFFLINE is set")
-    copy = standin.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
+    real = hub.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
+    offline = hub.ModelChoice("/standin", True, "HF_HUB_OFFLINE is set")
+    copy = hub.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
     reason = standin.lesson_model_skip_reason(real)
     if device == "CPU":
         assert "CUDA GPU" in reason
@@ -315,9 +314,9 @@ def test_training_loop_loss_scaling_flag(device) -> None:
 def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
     monkeypatch.setattr(unsloth, "unsloth_importable", lambda: installed)
     monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
-    real = standin.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
-    fallback = standin.ModelChoice("/standin", True, "the Hub did not answer")
-    copy = standin.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
+    real = hub.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
+    fallback = hub.ModelChoice("/standin", True, "the Hub did not answer")
+    copy = hub.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
     plan = unsloth.unsloth_plan(real)
     assert plan.run is (device != "CPU" and installed)
     assert not unsloth.unsloth_plan(fallback).run and not unsloth.unsloth_plan(copy).run

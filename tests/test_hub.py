@@ -46,7 +46,7 @@ def test_offline_env_parsing(value: str, offline: bool) -> None:
 
 
 @pytest.mark.parametrize("gpu", [False, True])
-@pytest.mark.parametrize("reachable, source", [(True, "real"), (False, "standin")])
+@pytest.mark.parametrize("reachable, source", [(True, "real"), (False, "offline")])
 def test_the_hub_decides_with_or_without_a_gpu(monkeypatch, gpu: bool, reachable: bool, source: str) -> None:
     """A CPU machine that reaches the Hub gets the real small model too: the GPU plays no part in the choice."""
     _cuda(monkeypatch, gpu)
@@ -75,7 +75,7 @@ def test_offline_env_decides_at_once(monkeypatch, no_network) -> None:
     monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
     start = time.perf_counter()
     decision = hub.decide_source()
-    assert decision.source == "standin" and "HF_HUB_OFFLINE" in decision.reason
+    assert decision.source == "offline" and "HF_HUB_OFFLINE" in decision.reason
     assert time.perf_counter() - start < 0.5
 
 
@@ -86,7 +86,7 @@ def test_offline_but_cached_uses_the_real_model(monkeypatch, no_network) -> None
     assert hub.decide_source().source == "real"
 
 
-@pytest.mark.parametrize("reachable, source", [(False, "standin"), (True, "real")])
+@pytest.mark.parametrize("reachable, source", [(False, "offline"), (True, "real")])
 def test_online_decision_follows_one_reachability_check(monkeypatch, reachable: bool, source: str) -> None:
     _cuda(monkeypatch, True)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

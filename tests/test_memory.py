@@ -59,7 +59,7 @@ def test_every_value_of_the_lesson_table(model: str, method: str, gb: str, fit: 
 
 
 def test_lesson_table_text_is_the_lessons_table() -> None:
-    text = mem.lesson_table()
+    text = mem.format_table(mem.estimate_table(), mem.BUDGETS)
     assert text.startswith(LESSON_TABLE_TOP + "\n")
     # "QLoRA is not an option on a CPU" is out of date: bitsandbytes 0.50 runs 4 bits on x86 CPUs.
     assert text.splitlines()[-1] == mem.FOOTNOTE_QLORA
@@ -88,7 +88,7 @@ def test_the_lessons_table_keeps_its_four_methods() -> None:
     assert tuple(mem.METHODS) == ("full", "lora", "lora-bf16", "qlora")
     assert tuple(mem.ALL_METHODS) == (*mem.METHODS, *mem.EXTRA_METHODS) and "full-bf16" in mem.EXTRA_METHODS
     assert len(mem.estimate_table()) == 16 and {e.method for e in mem.estimate_table()} == set(mem.METHODS)
-    assert "(bfloat16)" not in mem.lesson_table() and len(mem.what_fits(80)) == 12
+    assert "(bfloat16)" not in mem.format_table(mem.estimate_table(), mem.BUDGETS) and len(mem.what_fits(80)) == 12
 
 
 @pytest.mark.parametrize("method,base", [("lora", 4.0), ("lora-bf16", 2.0), ("qlora", 0.5)])
@@ -219,7 +219,7 @@ def test_budget_must_be_positive(budget) -> None:
 def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
     import matplotlib.pyplot as plt
 
-    from course_utils.plots.memory import plot_methods_vs_budgets
+    from course_utils.lessons.memory_budget import plot_methods_vs_budgets
 
     rows = mem.estimate_table([mem.MODELS[2]])
     fig = plot_methods_vs_budgets(rows)
@@ -235,7 +235,7 @@ def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None
 def test_estimate_vs_measured_chart() -> None:
     import matplotlib.pyplot as plt
 
-    from course_utils.plots.memory import measured_description, plot_estimate_vs_measured
+    from course_utils.lessons.memory_budget import plot_estimate_vs_measured
 
     parts = mem.account_for_peak(_fake_measurement())
     fig = plot_estimate_vs_measured(0.5436, parts)
@@ -244,7 +244,6 @@ def test_estimate_vs_measured_chart() -> None:
     assert [t.get_text() for t in ax.texts] == ["0.54 GB", "1.88 GB", "0.54 GB", "1.90 GB"]
     assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["team's run:\nestimate", "team's run:\nmeasured"]
     plt.close(fig)
-    assert "3.5 times" in measured_description(0.5436, 1.9, 128)
     with pytest.raises(ValueError, match="estimate_gb"):
         plot_estimate_vs_measured(-1, parts)
     with pytest.raises(ValueError, match="parts_gb"):
@@ -254,7 +253,7 @@ def test_estimate_vs_measured_chart() -> None:
 def test_planner_answers_and_draws() -> None:
     import matplotlib.pyplot as plt
 
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     p = wm.plan("a 7B model", 1.0, "lora-bf16", 8, 16)
     assert not p.fits and "14.29 GB" in p.text and "does NOT fit" in p.text and "11.2 GB" in p.text
@@ -287,7 +286,7 @@ def test_planner_answers_and_draws() -> None:
     ({"billions": "7"}, TypeError, "billions"),
 ])
 def test_planner_rejects_bad_input(kwargs, error, match) -> None:
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     args = {"model": "a 7B model", "billions": 7.0, "method": "lora", "lora_rank": 8, "budget_gb": 16.0} | kwargs
     with pytest.raises(error, match=match):
@@ -298,7 +297,7 @@ def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
     pytest.importorskip("ipywidgets")
     import matplotlib.pyplot as plt
 
-    from course_utils.widgets.memory import budget_planner
+    from course_utils.lessons.memory_budget import budget_planner
 
     box = budget_planner()
     assert len(box.children) == 3
@@ -311,7 +310,7 @@ def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
 
 
 def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     box = wm.budget_planner(model="a 7B model")
     model_dropdown, size_slider = box.children[0].children
@@ -323,7 +322,7 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
     import matplotlib.pyplot as plt
 
     from course_utils.step_memory import CATEGORIES
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     p = wm.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
     assert [b.label for b in p.budgets] == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
@@ -347,7 +346,7 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
                                                 ({"checkpointing": 1}, TypeError, "checkpointing"),
                                                 ({"gpus": ("T4", "X9")}, ValueError, "X9")])
 def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     with pytest.raises(error, match=match):
         wm.step_plan(**kwargs)
@@ -356,7 +355,7 @@ def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
 def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
     import matplotlib.pyplot as plt
 
-    from course_utils.widgets import memory as wm
+    from course_utils.lessons import memory_budget as wm
 
     box = wm.step_planner("smollm2-135m", "lora", 8, 512)
     assert "predicted peak" in capsys.readouterr().out

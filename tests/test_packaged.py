@@ -152,7 +152,7 @@ def test_convert_writes_once_and_renames_at_the_end(monkeypatch, tmp_path, no_ca
 
     def fake_convert(src: Path, out: Path) -> None:
         calls.append(src)
-        assert out.name.startswith(".converting-") and out.parent == no_cache  # a temporary folder
+        assert out.name.startswith(".building-") and out.parent == no_cache  # a temporary folder
         for name in packaged.NEEDED:
             (out / name).write_text("{}")
 
@@ -160,7 +160,7 @@ def test_convert_writes_once_and_renames_at_the_end(monkeypatch, tmp_path, no_ca
     path = packaged.convert(gguf=source)
     assert path == no_cache / packaged.folder_name() and packaged.is_complete(path)
     assert packaged.convert(gguf=source) == path and calls == [source]  # the second call converts nothing
-    assert not any(p.name.startswith(".converting-") for p in no_cache.iterdir())
+    assert not any(p.name.startswith(".building-") for p in no_cache.iterdir())
 
     def broken(src: Path, out: Path) -> None:
         (out / "config.json").write_text("{}")

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from course_utils import digits, hardware, precision
+from course_utils import digits, hardware, precision, quiet
 
 
 # ---------------------------------------------------------------------------------------- formats
@@ -381,7 +381,7 @@ def test_training_arguments_follow_the_gpu(monkeypatch: pytest.MonkeyPatch, capa
 def test_training_arguments_on_cpu_build_without_error(tmp_path) -> None:
     kwargs = precision.training_arguments_kwargs("cpu")
     assert kwargs == {"bf16": True, "use_cpu": True}
-    hardware.import_bitsandbytes()  # quiet import first: transformers imports bitsandbytes
+    quiet.import_bitsandbytes()  # quiet import first: transformers imports bitsandbytes
     from transformers import TrainingArguments
 
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", **kwargs)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import hardware, quant
+from course_utils import quant, quiet
 
 
 def _expand(per_block: torch.Tensor, q: quant.QuantizedTensor) -> torch.Tensor:
@@ -493,7 +493,7 @@ def test_nf4_of_zeros_is_zeros() -> None:
     assert torch.equal(quant.dequantize(quant.quantize_nf4(torch.zeros(100))), torch.zeros(100))
 
 
-bnb_installed = hardware.import_bitsandbytes() is not None
+bnb_installed = quiet.import_bitsandbytes() is not None
 
 
 @pytest.mark.skipif(not bnb_installed, reason="bitsandbytes is not installed")
@@ -578,7 +578,7 @@ def test_nf4_agreement_bad_input() -> None:
 
 
 def test_without_bitsandbytes_the_comparison_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hardware, "import_bitsandbytes", lambda: None)
+    monkeypatch.setattr(quiet, "import_bitsandbytes", lambda: None)
     assert quant.bnb_nf4_levels() is None
     assert quant.bnb_nf4_round_trip(torch.randn(128)) is None
 

@@ -19,9 +19,9 @@ import torch
 
 from course_utils import hub, standin
 from course_utils.footprint import count_model_parameters
-from course_utils.hardware import import_bitsandbytes
+from course_utils.quiet import import_bitsandbytes
 from course_utils.hub import REAL_MODEL
-from course_utils.models import (generate_text, load_model, load_tokenizer, meta_model, quantized_layer_count,
+from course_utils.models import (generate_text, load_model, load_tokenizer, meta_model,
                                  training_batches)
 from tiny_models import TINY, tiny_config
 
@@ -87,7 +87,7 @@ def test_choose_model_labels_the_standin(monkeypatch, tmp_path) -> None:
     choice = standin.choose_model()
     assert choice.is_standin and "STAND-IN" in choice.label and "random weights" in choice.label
     assert choice.name == str(tmp_path) and "HF_HUB_OFFLINE" in choice.reason
-    assert standin.ModelChoice(REAL_MODEL, False, "hub").label == f"[{REAL_MODEL}]"
+    assert hub.ModelChoice(REAL_MODEL, False, "hub").label == f"[{REAL_MODEL}]"
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -95,7 +95,7 @@ def test_a_reachable_hub_gives_the_real_model_on_a_cpu_too(monkeypatch, online, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     _no_standin(monkeypatch)
     choice = standin.choose_model()
-    assert choice == standin.ModelChoice(REAL_MODEL, False, choice.reason) and online == [1.5]
+    assert choice == hub.ModelChoice(REAL_MODEL, False, choice.reason) and online == [1.5]
     assert choice.label == "[HuggingFaceTB/SmolLM2-135M-Instruct]" and "reachable" in choice.reason
 
 
@@ -112,7 +112,7 @@ def test_online_branch_on_a_cpu_down_to_training(monkeypatch, online, fake_downl
     tokenizer = load_tokenizer(choice)
     assert fake_download == [("model", REAL_MODEL), ("model", REAL_MODEL), ("tokenizer", REAL_MODEL)]
     assert model_16.dtype == torch.bfloat16 and next(model_16.parameters()).device.type == "cpu"
-    assert quantized_layer_count(model_4) == 2 * 7 and model_4.get_memory_footprint() < model_16.get_memory_footprint()
+    assert model_4.get_memory_footprint() < model_16.get_memory_footprint()
     qlora = lora.add_lora(model_4)
     (batch,) = training_batches(tokenizer, ["The capital of France is Paris."], batch_size=1, max_length=16)
     qlora.train()
@@ -147,19 +147,19 @@ def test_notebook_01b_online_down_to_its_first_loads(monkeypatch, online, fake_d
 
 def test_show_text_never_prints_control_characters() -> None:
     noise = "The capital of France isqu bes\x12 no\ufffdasd\x1b[2J\n"
-    line = standin.ModelChoice("/standin", True, "offline").show_text(noise)
+    line = hub.ModelChoice("/standin", True, "offline").show_text(noise)
     assert "random-weight output" in line and "noise" in line and line.startswith("[STAND-IN")
     assert not any(not ch.isprintable() for ch in line)
     assert "\\x12" in line and "\\ufffd" in line and "\\x1b[2J" in line and "\\n" in line
-    real = standin.ModelChoice(REAL_MODEL, False, "hub").show_text("The capital of France is Paris.")
+    real = hub.ModelChoice(REAL_MODEL, False, "hub").show_text("The capital of France is Paris.")
     assert real == f"[{REAL_MODEL}] answer: 'The capital of France is Paris.'"
     with pytest.raises(TypeError, match="text"):
-        standin.ModelChoice(REAL_MODEL, False, "hub").show_text(None)  # type: ignore[arg-type]
+        hub.ModelChoice(REAL_MODEL, False, "hub").show_text(None)  # type: ignore[arg-type]
 
 
 def test_the_standin_architecture_has_the_lessons_count() -> None:
     smol = meta_model(standin.STANDIN_CONFIG)
-    assert count_model_parameters(smol) == standin.STANDIN_PARAMS == 134_515_008
+    assert count_model_parameters(smol) == 134_515_008
 
 
 def test_standin_is_reproducible(tiny_standin, tmp_path) -> None:

@@ -40,3 +40,128 @@ def test_estimates_and_the_table_need_no_torch() -> None:
                             cwd=PACKAGE.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("False")
+
+
+# --------------------------------------------------------------------------------------------
+# One room per lesson: core -> lessons -> notebooks, never back up, no cycles
+# --------------------------------------------------------------------------------------------
+ROOT = PACKAGE.parent
+LESSONS = PACKAGE / "lessons"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _all_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def package_imports(path: Path, modules: set[str]) -> set[str]:
+    """The course_utils modules a file imports, at the top or inside a function (the two packages aside)."""
+    return {name for name in imported_modules(path) if name in modules} - {
+        _module_name(path), "course_utils", "course_utils.lessons"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _all_modules()
+    return {name: package_imports(path, set(modules)) for name, path in modules.items()}
+
+
+def test_no_import_cycles() -> None:
+    """Tarjan's strongly connected components over every import, those inside functions included."""
+    graph, index, low, stack, on_stack, cycles = import_graph(), {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_core_never_imports_lessons_matplotlib_or_ipywidgets() -> None:
+    for name, path in _all_modules().items():
+        if name.startswith("course_utils.lessons"):
+            continue
+        bad = {m for m in imported_modules(path) if m.split(".")[0] in ("matplotlib", "ipywidgets")
+               or m.startswith("course_utils.lessons")}
+        assert not bad, f"{name} (core) imports {sorted(bad)}"
+
+
+def test_a_lesson_imports_the_core_the_kit_and_earlier_lessons_only() -> None:
+    from course_utils.about import NOTEBOOKS
+
+    order = [info.lesson for info in NOTEBOOKS]
+    assert sorted(path.stem for path in LESSONS.glob("[!_]*.py") if path.stem != "kit") == sorted(order)
+    graph = import_graph()
+    for position, lesson in enumerate(["kit", *order]):
+        allowed = {f"course_utils.lessons.{earlier}" for earlier in ["kit", *order[:max(position - 1, 0)]]}
+        if lesson == "kit":
+            allowed = set()
+        used = {m for m in graph[f"course_utils.lessons.{lesson}"] if m.startswith("course_utils.lessons.")}
+        assert used <= allowed, f"lessons.{lesson} imports {sorted(used - allowed)}: only kit and earlier lessons"
+
+
+NOTEBOOK_SOURCES = sorted((ROOT / "notebooks" / "src").glob("0*.py"))
+
+
+@pytest.mark.parametrize("source", NOTEBOOK_SOURCES, ids=lambda p: p.stem)
+def test_a_notebook_imports_its_lesson_as_lesson_and_the_core_by_name(source: Path) -> None:
+    from course_utils.about import NOTEBOOKS
+
+    own = next(info.lesson for info in NOTEBOOKS if info.filename.startswith(source.stem + "."))
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    lesson_imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                      and node.module == "course_utils.lessons"]
+    assert any(a.name == own and a.asname == "lesson" for node in lesson_imports for a in node.names), \
+        f"{source.name}: no `from course_utils.lessons import {own} as lesson`"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils"):
+            for alias in node.names:
+                renamed = alias.asname and alias.asname != alias.name
+                assert not renamed or (alias.name == own and alias.asname == "lesson") or alias.name == "peak", \
+                    f"{source.name}: `{alias.name} as {alias.asname}`: import course_utils modules by their own names"
+
+
+def test_the_wheel_holds_every_lesson(tmp_path: Path) -> None:
+    """Colab installs the wheel, not the checkout: build it, unpack it, import every lesson from it."""
+    import zipfile
+
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                             "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (wheel,) = tmp_path.glob("course_utils-*.whl")
+    unpacked = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    from course_utils.about import NOTEBOOKS
+
+    names = ["kit", *(info.lesson for info in NOTEBOOKS)]
+    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+            "mods = [importlib.import_module('course_utils.lessons.' + n) for n in sys.argv[2:]]; "
+            "import course_utils.data; "
+            "print(all(m.__file__.startswith(sys.argv[1]) for m in mods))")
+    result = subprocess.run([sys.executable, "-c", code, str(unpacked), *names], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env={"MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "True"

@@ -129,8 +129,18 @@ def test_route_answers_every_ticket_and_keeps_the_tokenizer(tiny_standin) -> Non
     answers = T.route(model, tok, heldout, max_new_tokens=3)
     assert len(answers) == 3 and all(isinstance(a, str) for a in answers)
     assert tok.padding_side == "right" and model.training  # left as they were
+    assert tok.pad_token == M.load_tokenizer(tiny_standin).pad_token  # pad token too
     assert T.score(answers, heldout).total == 3
     with pytest.raises(ValueError, match="tickets"):
         T.route(model, tok, [])
     with pytest.raises(ValueError, match="max_new_tokens"):
         T.route(model, tok, heldout, max_new_tokens=0)
+
+
+def test_the_answer_ends_as_the_chat_template_ends_a_turn(tiny_standin) -> None:
+    """transformers 5.15 converts SmolLM2's GGUF tokenizer with eos_token <|im_start|>: the template decides."""
+    tok = M.load_tokenizer(tiny_standin)
+    assert T.end_of_answer(tok) == (tok.eos_token or "")  # no template: the eos token
+    tok.chat_template = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    tok.eos_token = "<|im_start|>"  # what the 5.15 conversion says
+    assert T.end_of_answer(tok) == "<|im_end|>"

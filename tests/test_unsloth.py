@@ -8,7 +8,7 @@ import torch
 
 from course_utils import unsloth
 from course_utils.hub import REAL_MODEL
-from course_utils.standin import ModelChoice
+from course_utils.hub import ModelChoice
 
 
 def _cuda(monkeypatch: pytest.MonkeyPatch, present: bool) -> None:

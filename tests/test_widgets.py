@@ -18,7 +18,7 @@ w = pytest.importorskip("ipywidgets")
 
 from course_utils import digits  # noqa: E402 - after the importorskip above
 from course_utils.accumulation import MicroBatchRow  # noqa: E402
-from course_utils.plots import plt  # noqa: E402
+from course_utils.lessons.kit import plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IPYWIDGETS_MAJOR = int(w.__version__.split(".")[0])
@@ -38,24 +38,25 @@ def _build(module: str, name: str, *args: Any, **kwargs: Any) -> Callable[[], An
     def build() -> Any:
         import importlib
 
-        return getattr(importlib.import_module(f"course_utils.widgets.{module}"), name)(*args, **kwargs)
+        return getattr(importlib.import_module(f"course_utils.lessons.{module}"), name)(*args, **kwargs)
     return build
 
 
 #: Every widget builder the notebooks call, with cheap arguments. ``only``: for a control (by description), the
 #: option indices to try (the matmul sizes above 512 would time real matmuls of seconds each).
 BUILDERS: dict[str, tuple[Callable[[], Any], dict[str, list[int]]]] = {
-    "accumulation.micro_batch_widget": (_build("accumulation", "micro_batch_widget", ROWS, 8000, 16), {}),
-    "precision.tiny_update_widget": (_build("precision", "tiny_update_widget", 1e-4), {}),
-    "precision.matmul_widget": (_build("precision", "matmul_widget", 256, "cpu"), {"matrix side": [1, 0]}),
-    "quant.eight_numbers_widget": (_build("quant", "eight_numbers_widget"), {}),
-    "quant.error_widget": (_build("quant", "error_widget", torch.randn(32, 64, generator=torch.Generator()
+    "gradient_accumulation.micro_batch_widget": (
+        _build("gradient_accumulation", "micro_batch_widget", ROWS, 8000, 16), {}),
+    "mixed_precision.tiny_update_widget": (_build("mixed_precision", "tiny_update_widget", 1e-4), {}),
+    "mixed_precision.matmul_widget": (_build("mixed_precision", "matmul_widget", 256, "cpu"), {"matrix side": [1, 0]}),
+    "quantization.eight_numbers_widget": (_build("quantization", "eight_numbers_widget"), {}),
+    "quantization.error_widget": (_build("quantization", "error_widget", torch.randn(32, 64, generator=torch.Generator()
                                                                         .manual_seed(0))), {}),
-    "quant.format_widget": (lambda: _build("quant", "format_widget", *_tiny_digits())(), {}),
-    "models.four_bit_ratio_panel": (_build("models", "four_bit_ratio_panel"), {}),
-    "tricks.bottleneck_planner": (_build("tricks", "bottleneck_planner"), {}),
-    "memory.budget_planner": (_build("memory", "budget_planner"), {}),
-    "memory.step_planner": (_build("memory", "step_planner", "smollm2-135m", "lora", 8, 512), {}),
+    "quantization.format_widget": (lambda: _build("quantization", "format_widget", *_tiny_digits())(), {}),
+    "real_models_qlora.four_bit_ratio_panel": (_build("real_models_qlora", "four_bit_ratio_panel"), {}),
+    "memory_tricks.bottleneck_planner": (_build("memory_tricks", "bottleneck_planner"), {}),
+    "memory_budget.budget_planner": (_build("memory_budget", "budget_planner"), {}),
+    "memory_budget.step_planner": (_build("memory_budget", "step_planner", "smollm2-135m", "lora", 8, 512), {}),
 }
 
 
@@ -113,9 +114,9 @@ def test_every_control_redraws_its_output(name: str, capsys: pytest.CaptureFixtu
 
 
 def test_every_widget_builder_is_covered() -> None:
-    """A new widget builder in course_utils/widgets must be added to BUILDERS (so it runs under ipywidgets 7 too)."""
+    """A new widget builder in course_utils/lessons must be added to BUILDERS (so it runs under ipywidgets 7 too)."""
     found = set()
-    for path in sorted((ROOT / "course_utils" / "widgets").glob("[!_]*.py")):  # __init__: interact_panel, the wiring
+    for path in sorted(p for p in (ROOT / "course_utils" / "lessons").glob("[!_]*.py") if p.stem != "kit"):
         for fn in re.findall(r"^def (\w+_(?:widget|panel|planner))\(", path.read_text(encoding="utf-8"), re.M):
             found.add(f"{path.stem}.{fn}")
     assert found == set(BUILDERS)

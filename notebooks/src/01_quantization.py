@@ -10,7 +10,6 @@
 # It all runs on a laptop CPU: sizes and errors are arithmetic, the same on a GPU.
 
 # %% [setup]
-
 # %% [markdown]
 # ## Why quantize?
 #
@@ -87,9 +86,9 @@ print(f"float32: {w.nbytes} bytes | 4-bit: {w.numel() * 4 // 8} bytes of steps +
 # the step size. Real 4-bit formats share a step among 64 weights, and use better steps.
 
 # %%
-from course_utils.plots.quant import plot_eight_numbers
+from course_utils.lessons import quantization as lesson
 
-_ = plot_eight_numbers(bits=4)
+_ = lesson.plot_eight_numbers(bits=4)
 
 # %% [markdown] slide="notes"
 # **Text description of the chart.** Two rows of 8 dots on an axis from −0.4 to 0.4. The float32 row has the
@@ -101,9 +100,7 @@ _ = plot_eight_numbers(bits=4)
 # **Try it live**: move the slider. At 2 bits three levels are left; at 8 the dots barely move.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
-from course_utils.widgets.quant import eight_numbers_widget
-
-eight_numbers_widget()
+lesson.eight_numbers_widget()
 
 # %% [markdown]
 # ### Run it yourself: int8 by hand
@@ -112,15 +109,12 @@ eight_numbers_widget()
 # tries four tensors, one whose extreme is negative.
 
 # %%
-from course_utils.exercises.quantization import check_int4_block_bytes, check_quantize_int8
-
-
 def quantize_int8(x):
     """Symmetric int8 with one scale: return (codes, scale)."""
     raise NotImplementedError  # your code: s = ..., q = ..., return q, s
 
 
-check_quantize_int8(quantize_int8)
+lesson.check_quantize_int8(quantize_int8)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -191,9 +185,7 @@ per_row = quality_by_format(model, data, block_size="row")
 print(format_quality_table(per_row))
 
 # %%
-from course_utils.plots.quant import plot_quality_vs_bits
-
-_ = plot_quality_vs_bits({"one scale per tensor": per_tensor, "one scale per row": per_row})
+_ = lesson.plot_quality_vs_bits({"one scale per tensor": per_tensor, "one scale per row": per_row})
 
 # %% [markdown] slide="notes"
 # **Text description of the chart.** Two line charts, formats float32, bfloat16, float16, int8, int4, int3
@@ -209,9 +201,7 @@ _ = plot_quality_vs_bits({"one scale per tensor": per_tensor, "one scale per row
 # **Try it live**: int3 with one scale per tensor, per row, then per 16 weights.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
-from course_utils.widgets.quant import format_widget
-
-format_widget(model, data)
+lesson.format_widget(model, data)
 
 # %% [markdown]
 # ## In practice: a 4096 × 4096 weight matrix
@@ -243,9 +233,7 @@ print(f"largest |weight| {w.abs().max():.2f}, so the int4 step is {s:.3f}")
 print(f"weights stored as -1, 0 or +1: {(q.abs() <= 1).float().mean():.1%}")
 
 # %%
-from course_utils.plots.quant import plot_value_histograms
-
-_ = plot_value_histograms(w, w_hat, label="int4, one scale")
+_ = lesson.plot_value_histograms(w, w_hat, label="int4, one scale")
 
 # %% [markdown] slide="notes"
 # **Text description of the chart.** Two histograms of every 83rd value. Left: the float32 values form a
@@ -274,7 +262,7 @@ print(f"int4, blocks of 64: {size / 1e6:.2f} MB, average error {(blocks - w_hat)
 # %%
 answer_bytes = ...  # bytes of the codes + bytes of the scales
 
-check_int4_block_bytes(answer_bytes)
+lesson.check_int4_block_bytes(answer_bytes)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -288,9 +276,7 @@ check_int4_block_bytes(answer_bytes)
 # **Try it live** on a 1024 × 1024 matrix: 4 bits with one scale, then blocks of 64, then untick "symmetric".
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
-from course_utils.widgets.quant import error_widget
-
-error_widget()
+lesson.error_widget()
 
 # %% [markdown]
 # ### NF4: put the levels where the weights are
@@ -401,7 +387,7 @@ print("int4 levels (÷7):", [round(k / 7, 4) for k in range(-7, 8)])
 # bitsandbytes ships the same table hard-coded (`get_4bit_type("nf4")`). When it is installed, compare:
 
 # %%
-from course_utils.hardware import import_bitsandbytes
+from course_utils.quiet import import_bitsandbytes
 
 bnb = import_bitsandbytes()  # `import bitsandbytes`, or None when it is not installed (its import is quiet)
 if bnb is None:

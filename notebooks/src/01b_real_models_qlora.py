@@ -12,7 +12,6 @@
 # **Before you start:** notebook 01 (scales, blocks of 64, NF4).
 
 # %% [setup] extras=["peft"]
-
 # %% [markdown]
 # ## Which model runs here?
 #
@@ -30,6 +29,7 @@ import torch
 from course_utils import footprint, models, standin, tickets
 from course_utils.hardware import autocast_dtype, needs_loss_scaling, pick_device
 from course_utils.quiet import quiet_libraries
+from course_utils.lessons import real_models_qlora as lesson
 
 choice = standin.choose_model()  # one quick look for the Hub, no retries
 print(choice.label)
@@ -117,9 +117,7 @@ print(footprint.computed_sizes(models.QWEN25_CONFIG, "Qwen/Qwen2.5-1.5B-Instruct
 # towards 25 % as it gets wider and deeper, and rises with a bigger vocabulary or an untied head.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="a live widget; it needs a Jupyter front end to display."
-from course_utils.widgets.models import four_bit_ratio_panel
-
-four_bit_ratio_panel()
+lesson.four_bit_ratio_panel()
 
 # %% [markdown]
 # ### Your turn: a 4-bit size by hand
@@ -129,10 +127,8 @@ four_bit_ratio_panel()
 # in GB (10⁹ bytes), as `get_memory_footprint()` counts it?
 
 # %%
-from course_utils.exercises.qlora import check_four_bit_size
-
 answer_gb = ...  # Qwen3-4B-Instruct-2507 in 4 bits, in GB
-check_four_bit_size(answer_gb)
+lesson.check_four_bit_size(answer_gb)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -224,10 +220,8 @@ for config, name in ((standin.STANDIN_CONFIG, "SmolLM2-135M"), (models.QWEN3_CON
 # 576 → 192. How many trainable numbers?
 
 # %%
-from course_utils.exercises.qlora import check_lora_count
-
 answer = ...  # trainable numbers of rank 8 on q_proj and v_proj, all layers
-check_lora_count(answer)
+lesson.check_lora_count(answer)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -346,11 +340,9 @@ if plan.run:
 # ### Part by part, as a chart
 
 # %%
-from course_utils.plots import models as model_plots
-
 qwen = models.meta_model(models.QWEN25_CONFIG)
 fp16 = model_16.get_memory_footprint()
-fig = model_plots.footprint_chart([
+fig = lesson.footprint_chart([
     ("SmolLM2-135M 16-bit (loaded)", footprint.footprint_parts(model_16, 16), fp16),
     ("SmolLM2-135M 4-bit (computed)", footprint.footprint_parts(model_16, 4), fp16),
     ("Qwen2.5-1.5B 16-bit (computed)", footprint.footprint_parts(qwen, 16), footprint.footprint_bytes(qwen, 16)),
@@ -412,7 +404,7 @@ else:
     print(f"[{LESSON_MODEL}] 4-bit, measured: {qwen_4.get_memory_footprint() / 1e9:.2f} GB; computed: "
           f"{footprint.footprint_bytes(qwen, 4) / 1e9:.2f} GB")
     qwen_answer = models.generate_text(qwen_4, models.load_tokenizer(LESSON_MODEL), "The capital of France is")
-    print(f"[{LESSON_MODEL}] answer: '{models.printable(qwen_answer)}'")
+    print(f"[{LESSON_MODEL}] answer: {qwen_answer!r}")
     del qwen_4
 
 # %% [markdown]

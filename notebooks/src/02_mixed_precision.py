@@ -8,7 +8,6 @@
 # the one setting that turns it all on. A CPU runs everything; a GPU shows the speed-up.
 
 # %% [setup]
-
 # %% [markdown]
 # ## Why?
 #
@@ -26,8 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import digits, hardware, precision
-from course_utils.plots import precision as precision_plots
-from course_utils.widgets import precision as precision_widgets
+from course_utils.lessons import mixed_precision as lesson
 
 FORMATS = (torch.float32, torch.bfloat16, torch.float16)
 print(f"{'format':<14} | sign/exponent/fraction bits | gap after 1.0 | largest value | smallest normal")
@@ -102,7 +100,7 @@ print(f"the float32 master copy, read in bfloat16: {final[torch.float32].to(torc
 # **Live demo:** pick a format, slide the update, see whether it survives.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget (nbval has no widget front end)."
-precision_widgets.tiny_update_widget(update=1e-4)
+lesson.tiny_update_widget(update=1e-4)
 
 # %% [markdown]
 # ### Your turn: a small weight
@@ -111,10 +109,8 @@ precision_widgets.tiny_update_widget(update=1e-4)
 # `'float16 only'` or `'neither'`? Decide, then test with `precision.survives(0.02, 1e-5, "bfloat16")`.
 
 # %%
-from course_utils.exercises.precision import check_small_weight_update
-
 answer = ...  # 'both', 'bfloat16 only', 'float16 only' or 'neither'
-check_small_weight_update(answer)
+lesson.check_small_weight_update(answer)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -166,7 +162,7 @@ for scale in (1, 65_536):
 # linear): 0.004 % still flush, 0.006 % overflow. The optimizer divides back in float32: **loss scaling**.
 
 # %%
-fig = precision_plots.gradient_histogram(grads, scale=65_536.0)
+fig = lesson.gradient_histogram(grads, scale=65_536.0)
 
 # %% [markdown] slide="notes"
 # **Text description of the chart.** Counts (y) of log10 |gradient| (x, −14 to 6) over float16's bands: zero
@@ -180,10 +176,8 @@ fig = precision_plots.gradient_histogram(grads, scale=65_536.0)
 # $1.0$ stays at most 65,504: `1024`, `8192`, `65536` or `1048576`?
 
 # %%
-from course_utils.exercises.precision import check_loss_scale
-
 scale = ...  # 1024, 8192, 65536 or 1048576
-check_loss_scale(scale)
+lesson.check_loss_scale(scale)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -367,7 +361,7 @@ print(f"mean loss of the last 50 steps: float32 {full.mean_loss(50):.3f}, "
 print(f"test accuracy: float32 {full.test_accuracy:.1%}, {precision.dtype_name(dtype)} {test_accuracy:.1%}")
 
 # %%
-fig = precision_plots.loss_curves({"float32": [log.loss for log in full.history],
+fig = lesson.loss_curves({"float32": [log.loss for log in full.history],
                                    f"{precision.dtype_name(dtype)} autocast": losses})
 
 # %% [markdown] slide="notes"
@@ -485,7 +479,7 @@ for library, setting in precision.library_settings(dtype).items():
 # more than a few seconds, a smaller one is timed and the report says so.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget that shows live timings."
-precision_widgets.matmul_widget(device=device)
+lesson.matmul_widget(device=device)
 
 # %% [markdown]
 # ### 16-bit maths on a CPU

@@ -13,7 +13,6 @@
 # Runs on a laptop CPU; no GPU needed.
 
 # %% [setup]
-
 # %% [markdown]
 # ## Why accumulate gradients?
 #
@@ -48,11 +47,12 @@ for micro, steps, gpus in [(16, 4, 1), (4, 16, 1), (2, 8, 1), (16, 4, 2)]:
 # The course's helper refuses such sizes:
 
 # %%
-from course_utils import accumulation as acc
+from course_utils import accumulation
+from course_utils.lessons import gradient_accumulation as lesson
 
-print("steps for 64 in micro-batches of 16:", acc.accumulation_steps_for(64, micro_batch_size=16))
+print("steps for 64 in micro-batches of 16:", accumulation.accumulation_steps_for(64, micro_batch_size=16))
 try:
-    acc.accumulation_steps_for(64, micro_batch_size=24)
+    accumulation.accumulation_steps_for(64, micro_batch_size=24)
 except ValueError as err:
     print("micro-batch 24: ValueError:", err)
 
@@ -67,11 +67,9 @@ except ValueError as err:
 #    Write `last_trip_weight` as a fraction such as `1 / 7`.
 
 # %%
-from course_utils.exercises.accumulation import check_batch_loss, check_trips
-
 steps = ...             # accumulation steps for a batch of 48 in micro-batches of 8
 last_trip_weight = ...  # one example's weight in the last trip of 8, with micro-batches of 10
-check_trips(steps, last_trip_weight)
+lesson.check_trips(steps, last_trip_weight)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -144,24 +142,23 @@ print(f"size against the full batch's gradient: {model.weight.grad.norm() / full
 # %%
 from course_utils.progress import status
 
-status(f"Running the batch of 64 at {len(acc.MICRO_BATCH_SIZES)} micro-batch sizes …")
-rows = acc.sweep_micro_batches(acc.MICRO_BATCH_SIZES, batch_size=64)
+status(f"Running the batch of 64 at {len(accumulation.MICRO_BATCH_SIZES)} micro-batch sizes …")
+rows = accumulation.sweep_micro_batches(accumulation.MICRO_BATCH_SIZES, batch_size=64)
 print("activation memory measured as:", rows[0].memory_what)
-print(acc.sweep_table(rows, measured=False))
-print(acc.proportion_check(rows))
+print(accumulation.sweep_table(rows, measured=False))
+print(accumulation.proportion_check(rows))
 
 # %% [markdown]
 # Every size gives the batch's gradient. Now the costs, measured here. The dashed line: a pretend GPU with room
 # for 16 examples' activations.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="memory and times are measured on this machine."
-from course_utils.plots import plt
-from course_utils.plots.accumulation import plot_micro_batch_sweep
+import matplotlib.pyplot as plt
 
-budget = acc.find_row(rows, 16).activation_bytes  # the pretend GPU: room for 16 examples' activations
-plot_micro_batch_sweep(rows, highlight=16, budget_bytes=budget)
+budget = accumulation.find_row(rows, 16).activation_bytes  # the pretend GPU: room for 16 examples' activations
+lesson.plot_micro_batch_sweep(rows, highlight=16, budget_bytes=budget)
 plt.show()
-print(acc.sweep_table(rows))
+print(accumulation.sweep_table(rows))
 
 # %% [markdown]
 # **Text description of the chart.** Two panels; horizontal axis: micro-batch size, 1 to 64, doubling. Left:
@@ -179,9 +176,7 @@ print(acc.sweep_table(rows))
 # Try it live: pick a micro-batch size (reuses the measurements above; needs a running notebook).
 
 # %% tags=["nbval-ignore-output"] nbval_reason="a widget view, which nbval cannot render."
-from course_utils.widgets.accumulation import micro_batch_widget
-
-micro_batch_widget(rows, budget_bytes=budget, value=16)
+lesson.micro_batch_widget(rows, budget_bytes=budget, value=16)
 
 # %% [markdown]
 # ## Benefits and trade-offs
@@ -213,9 +208,9 @@ micro_batch_widget(rows, budget_bytes=budget, value=16)
 # %%
 from torch.utils.data import DataLoader
 
-data = acc.regression_dataset(256)
+data = accumulation.regression_dataset(256)
 loader = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
-model = acc.TinyRegressor().net  # 10 -> 32 -> 1, the same starting weights every time
+model = accumulation.TinyRegressor().net  # 10 -> 32 -> 1, the same starting weights every time
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
 accumulation_steps = 4  # 4 micro-batches of 16 = an effective batch of 64
@@ -234,14 +229,14 @@ for step, (x, y) in enumerate(loader):  # the loader yields micro-batches of 16
 # Really a batch of 64? Train a copy on real batches of 64, same order and learning rate, and compare:
 
 # %%
-model_big = acc.TinyRegressor().net  # the same starting weights
+model_big = accumulation.TinyRegressor().net  # the same starting weights
 optimizer = torch.optim.SGD(model_big.parameters(), lr=0.05)
 for x, y in DataLoader(data, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)):
     loss_fn(model_big(x), y).backward()  # one batch of 64 per update
     optimizer.step()
     optimizer.zero_grad()
 
-print("same weights after 4 updates:", acc.same_weights(model, model_big))
+print("same weights after 4 updates:", accumulation.same_weights(model, model_big))
 
 # %% [markdown]
 # ### The same in the Hugging Face `Trainer`
@@ -268,8 +263,8 @@ with quiet_libraries():  # no library warnings or progress bars in this block
             max_steps=4, learning_rate=0.05, lr_scheduler_type="constant",
             save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
         )
-        model = acc.TinyRegressor()  # the same network; forward(x, labels) returns {"loss": ...}
-        trainer = Trainer(model=model, args=args, train_dataset=acc.DictDataset(data))
+        model = accumulation.TinyRegressor()  # the same network; forward(x, labels) returns {"loss": ...}
+        trainer = Trainer(model=model, args=args, train_dataset=accumulation.DictDataset(data))
         trainer.remove_callback(PrinterCallback)  # keep the log lines (and their run times) off the output
         trainer.train()
         return model, torch.tensor([log["loss"] for log in trainer.state.log_history if "loss" in log])
@@ -279,7 +274,7 @@ with quiet_libraries():  # no library warnings or progress bars in this block
 
 print("16 x 4 losses:", [round(v, 2) for v in losses_acc.tolist()])
 print("64 x 1, same losses:", torch.allclose(losses_acc, losses_big), " same weights:",
-      acc.same_weights(model_hf_acc, model_hf_big))
+      accumulation.same_weights(model_hf_acc, model_hf_big))
 
 # %% [markdown]
 # **Libraries**: plain PyTorch (the loop above), the Hugging Face `Trainer` (`gradient_accumulation_steps`),
@@ -296,8 +291,8 @@ print("64 x 1, same losses:", torch.allclose(losses_acc, losses_big), " same wei
 # %%
 import torch.nn.functional as F
 
-tokens, labels = acc.padded_token_batch(lengths=(30, 28, 4, 2))  # padding: token 0, label -100
-token_model = acc.TinyTokenModel()  # an embedding and a linear head: one loss per token
+tokens, labels = accumulation.padded_token_batch(lengths=(30, 28, 4, 2))  # padding: token 0, label -100
+token_model = accumulation.TinyTokenModel()  # an embedding and a linear head: one loss per token
 
 
 def token_loss(tokens, labels, reduction):
@@ -355,7 +350,7 @@ def batch_loss(mean_losses, token_counts):
     raise NotImplementedError  # your code here
 
 
-check_batch_loss(batch_loss)
+lesson.check_batch_loss(batch_loss)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -470,7 +465,7 @@ print("a + (b + c) =", (a + (b + c)).item(), " <- 1 is lost: -1e8 + 1 rounds bac
 # %%
 for rule in ("linear", "sqrt"):
     print(f"{rule:>6} rule, 2e-4 tuned at batch 16, now batch 64: start from "
-          f"{acc.scale_learning_rate(2e-4, base_batch=16, new_batch=64, rule=rule):.0e}")
+          f"{accumulation.scale_learning_rate(2e-4, base_batch=16, new_batch=64, rule=rule):.0e}")
 
 # %% [markdown]
 # ### Padded batches in the `Trainer`

@@ -15,7 +15,6 @@
 # bfloat16 number 2.
 
 # %% [setup] extras=["peft"]
-
 # %% [markdown]
 # ## A desk for editing a book
 #
@@ -104,9 +103,9 @@ print(f"\nfloat32: {w.nbytes} bytes. 4 bits: {codes} + {step.element_size()} for
 # %%
 import matplotlib.pyplot as plt
 
-from course_utils.plots.quant import plot_eight_numbers
+from course_utils.lessons import quantization  # notebook 01's chart
 
-_ = plot_eight_numbers(bits=4)
+_ = quantization.plot_eight_numbers(bits=4)
 plt.show()
 
 # %% [markdown] slide="notes"
@@ -170,6 +169,7 @@ print(f"QLoRA on a 7B model:              {(base + adapter * 12) / 1e9:.2f} GB")
 
 # %%
 from course_utils.cli import main
+from course_utils.lessons import memory_budget as lesson
 
 _ = main(["memory"])
 
@@ -179,10 +179,9 @@ _ = main(["memory"])
 # model. These numbers describe these models and library versions.
 
 # %%
-from course_utils import memory as mem
-from course_utils.plots.memory import plot_methods_vs_budgets
+from course_utils import memory
 
-_ = plot_methods_vs_budgets(mem.estimate_table([mem.MODELS[2]]),
+_ = lesson.plot_methods_vs_budgets(memory.estimate_table([memory.MODELS[2]]),
                             title="A 7B model, four methods (estimates, activations not included)")
 plt.show()
 
@@ -198,16 +197,14 @@ plt.show()
 # 7B model in bfloat16 on 16 GB, then move to 24 GB.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
-from course_utils.widgets.memory import budget_planner, plan
-
-budget_planner(model="a 7B model", method="lora-bf16", lora_rank=8, budget_gb=16.0)
+lesson.budget_planner(model="a 7B model", method="lora-bf16", lora_rank=8, budget_gb=16.0)
 
 # %% [markdown]
 # The planner's verdicts at 16 and 24 GB:
 
 # %%
 for budget_gb in (16.0, 24.0):
-    print(plan("a 7B model", 7.0, "lora-bf16", 8, budget_gb).text.splitlines()[-1])
+    print(lesson.plan("a 7B model", 7.0, "lora-bf16", 8, budget_gb).text.splitlines()[-1])
 
 # %% [markdown]
 # ### Your turn: a 3B model, three ways
@@ -217,12 +214,10 @@ for budget_gb in (16.0, 24.0):
 # adapter). A number or arithmetic, e.g. `3e9 * 4 / 1e9`.
 
 # %%
-from course_utils.exercises.budget import check_three_ways
-
 full_gb = ...   # full fine-tuning, float32
 lora_gb = ...   # LoRA, base in float32
 qlora_gb = ...  # QLoRA, base in 4 bits
-check_three_ways(full_gb, lora_gb, qlora_gb)
+lesson.check_three_ways(full_gb, lora_gb, qlora_gb)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -328,16 +323,14 @@ print(f"measured peak: {measured.peak_bytes / 1e9:.2f} GB; one step took {format
 # Split into the parts counted from the tensors ("other": the rest):
 
 # %% tags=["nbval-ignore-output"] nbval_reason="the parts of a measured peak differ from machine to machine."
-peak_parts = mem.account_for_peak(measured, digits=3)
+peak_parts = memory.account_for_peak(measured, digits=3)
 for name, gb in peak_parts:
     print(f"{name:<54} {gb:6.3f} GB")
 print(f"{'measured peak':<54} {round(measured.peak_bytes / 1e9, 3):6.3f} GB "
       f"= {measured.peak_bytes / 1e9 / smol_lora_gb:.1f} x the estimate")
 
 # %% tags=["nbval-ignore-output"] nbval_reason="the chart shows this machine's measured peak."
-from course_utils.plots.memory import plot_estimate_vs_measured
-
-_ = plot_estimate_vs_measured(smol_lora_gb, peak_parts, label="here")
+_ = lesson.plot_estimate_vs_measured(smol_lora_gb, peak_parts, label="here")
 plt.show()
 
 # %% [markdown] slide="notes"
@@ -361,8 +354,8 @@ plt.show()
 
 # %%
 seen = set()
-for budget in mem.BUDGETS:
-    fitting = [(e.model, e.method) for e in mem.what_fits(budget.gb)]
+for budget in memory.BUDGETS:
+    fitting = [(e.model, e.method) for e in memory.what_fits(budget.gb)]
     new = {}
     for model_name, method in fitting:
         if (model_name, method) not in seen:
@@ -390,11 +383,9 @@ for budget in mem.BUDGETS:
 # `'none'`, for the 1.7B model on 8 GB (`method_8gb`) and the 70B model on 48 GB (`method_48gb`).
 
 # %%
-from course_utils.exercises.budget import check_best_methods
-
 method_8gb = ...   # 'full', 'lora', 'lora-bf16', 'qlora' or 'none'
 method_48gb = ...
-check_best_methods(method_8gb, method_48gb)
+lesson.check_best_methods(method_8gb, method_48gb)
 
 # %% [markdown]
 # <details><summary>Worked solution: the checked part</summary>
@@ -607,12 +598,10 @@ print(measured.what)
 # 2 + 2 + 2 + 2 = 8 bytes per parameter, half of float32's 16 (`--method full-bf16`).
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget (nbval has no widget front end; the text below is compared)."
-from course_utils.widgets.memory import step_plan, step_planner
-
-step_planner(config="qwen2.5-1.5b-instruct", method="lora", batch=8, seq=1024)
+lesson.step_planner(config="qwen2.5-1.5b-instruct", method="lora", batch=8, seq=1024)
 
 # %%
-print(step_plan("qwen2.5-1.5b-instruct", "lora", batch=8, seq=1024).text)
+print(lesson.step_plan("qwen2.5-1.5b-instruct", "lora", batch=8, seq=1024).text)
 
 # %% [markdown]
 # **Text description of the chart.** One bar, the predicted peak of the step on a GPU, stacked from the bottom:

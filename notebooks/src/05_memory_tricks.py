@@ -14,7 +14,6 @@
 # - find a step's bottleneck, and the trick that removes it.
 
 # %% [setup] extras=["peft", "transformers"]
-
 # %% [markdown]
 # ## Why: where did the other 1.3 GB go?
 #
@@ -24,6 +23,7 @@
 
 # %%
 from course_utils import tricks
+from course_utils.lessons import memory_tricks as lesson
 
 for key, trick in tricks.TRICKS.items():
     if key != "baseline":
@@ -44,12 +44,12 @@ for key, trick in tricks.TRICKS.items():
 # `course_utils.step_memory` counts part 5 as autograd does. A LoRA step of SmolLM2 at batch 8 × 128 saves:
 
 # %%
-from course_utils import step_memory as sm
+from course_utils import step_memory
 from course_utils.architecture import Architecture
 
 arch = Architecture.from_config("smollm2-135m")
 print(f"{arch.params:,} parameters, {arch.layers} layers")
-acts = sm.saved_activations(arch, 8, 128, method="lora")
+acts = step_memory.saved_activations(arch, 8, 128, method="lora")
 for kind, nbytes in sorted(acts.by_kind.items(), key=lambda kv: -kv[1]):
     if nbytes >= 1e6:  # the tiny ones (token ids, position tables) left out
         print(f"  {kind:<36} {nbytes / 1e9:6.3f} GB")
@@ -69,7 +69,7 @@ print(f"  {'total saved for backward':<36} {acts.total / 1e9:6.3f} GB")
 from course_utils.hardware import pick_device
 
 DEVICE = pick_device()  # one decision for the estimate and the measurement: the GPU if there is one
-est = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE.type)
+est = step_memory.estimate_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE.type)
 print(f"peak moment: {est.peak_moment}")
 for part, nbytes in est.parts():
     print(f"  {part.split(' (')[0]:<36} {nbytes / 1e9:5.2f} GB")
@@ -88,7 +88,7 @@ status("Measuring one LoRA step of SmolLM2-135M, batch 1 x 128 …")
 m = measure_training_step("smollm2-135m", method="lora", batch=1, seq=128, device=DEVICE, timeout_s=280)
 print(f"saved activations {m.saved_activations_bytes / 1e9:.3f} GB (estimate {est.activations.total / 1e9:.3f}), "
       f"step {format_seconds(m.step_seconds)}")
-print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
+print(step_memory.comparison_line(est.peak_bytes, m.peak_bytes))
 
 # %% [markdown]
 # The last line is this machine's error (six reference cases: within 1.5 %, see "Going deeper"). At batch 8
@@ -100,18 +100,14 @@ print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
 # The planner names the biggest parts of a GPU step's peak and the tricks that fit it under a budget:
 
 # %%
-from course_utils.widgets.tricks import bottleneck_view
-
-_ = bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=8.0, show_chart=False)
+_ = lesson.bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=8.0, show_chart=False)
 
 # %% [markdown]
 # Time factors come from the arithmetic: forward 1, backward 2; checkpointing adds a forward: 4/3, near the
 # claimed "~30 %". Accumulation splits the same arithmetic into steps with fixed costs: "x1.00 or more".
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget (nbval has no widget front end)."
-from course_utils.widgets.tricks import bottleneck_planner
-
-bottleneck_planner()
+lesson.bottleneck_planner()
 
 # %% [markdown]
 # Try: SmolLM2 `full` at 16 × 512 on 8 GB, then tick checkpointing; Qwen2.5-1.5B `lora` at 1024 tokens on
@@ -155,9 +151,8 @@ print(tricks.results_text(results))
 
 # %% tags=["nbval-ignore-output"] nbval_reason="a chart of measured peaks and timings."
 import matplotlib.pyplot as plt
-from course_utils.plots import tricks as tplots
 
-tplots.tricks_chart(results)
+lesson.tricks_chart(results)
 plt.show()
 
 # %% [markdown]
@@ -197,10 +192,8 @@ for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
 # numbers. In float32 at batch 8 × 512, how many **GB** (10⁹ bytes) do the 30 inputs take?
 
 # %%
-from course_utils.exercises.tricks import check_adamw8bit_state, check_checkpointed_inputs, check_kwame_choice
-
 kept_gb = ...  # your answer, in GB
-check_checkpointed_inputs(kept_gb)
+lesson.check_checkpointed_inputs(kept_gb)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -331,7 +324,7 @@ shutil.rmtree(cache_dir, ignore_errors=True)
 
 # %%
 state_gb = ...  # your answer, in GB
-check_adamw8bit_state(state_gb)
+lesson.check_adamw8bit_state(state_gb)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -440,7 +433,7 @@ Markdown(tricks.comparison_table())
 from course_utils import bottleneck
 
 choice = ...  # one of the five strings above
-check_kwame_choice(choice)
+lesson.check_kwame_choice(choice)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
@@ -568,11 +561,11 @@ for dtype in (torch.float32, torch.bfloat16):
 # %%
 tokens = 8 * 128
 for method in ("full", "lora"):
-    acts = sm.saved_activations(arch, 8, 128, method=method)
+    acts = step_memory.saved_activations(arch, 8, 128, method=method)
     per_token = acts.per_layer / tokens
     print(f"{method:<5} {per_token / 4:6.0f} float32 numbers = {per_token:6.0f} bytes per token per layer; "
           f"all 30 layers + head at batch 8 x 128: {acts.total / 1e9:.3f} GB")
-k = sm.korthikanti_layer_bytes(arch, 8, 128)["no recomputation"] / tokens
+k = step_memory.korthikanti_layer_bytes(arch, 8, 128)["no recomputation"] / tokens
 print(f"Korthikanti et al. 2022 (16-bit, dropout): {k:6.0f} bytes per token per layer")
 
 # %% [markdown]
@@ -591,7 +584,7 @@ print(f"Korthikanti et al. 2022 (16-bit, dropout): {k:6.0f} bytes per token per 
 CASES = [(method, batch) for method in ("lora", "full") for batch in (1, 4, 8)]
 estimates = {}
 for method, batch in CASES:
-    e = sm.estimate_step("smollm2-135m", method=method, batch=batch, seq=128, device="cpu")
+    e = step_memory.estimate_step("smollm2-135m", method=method, batch=batch, seq=128, device="cpu")
     estimates[method, batch] = e.peak_gb
     print(f"{method:<5} batch {batch}: {e.peak_gb:.2f} GB, peak at the {e.peak_moment}")
 
@@ -627,7 +620,7 @@ for method, batch in CASES:
 SWEEP_MEASURED = {("lora", 1): 1.221, ("lora", 4): 1.838, ("lora", 8): 2.625,
                   ("full", 1): 2.856, ("full", 4): 3.108, ("full", 8): 4.099}  # GB, the reference table above
 cases = [(f"{m} b{b}", estimates[m, b], SWEEP_MEASURED[m, b]) for m, b in CASES]
-tplots.estimate_vs_measured_chart(cases, "SmolLM2-135M training step: predicted vs measured peak (reference CPU)")
+lesson.estimate_vs_measured_chart(cases, "SmolLM2-135M training step: predicted vs measured peak (reference CPU)")
 plt.show()
 
 # %% [markdown]

@@ -1,4 +1,4 @@
-"""course_utils.exercises.qlora: notebook 01b's two auto-checked exercises, right, unanswered and typical slips."""
+"""course_utils.lessons.real_models_qlora: notebook 01b's two exercises, right, unanswered and typical slips."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.architecture import lora_adapter_params
-from course_utils.exercises import qlora as Q
+from course_utils.lessons import real_models_qlora as Q
 from course_utils.footprint import computed_sizes
 from course_utils.models import QWEN3_CONFIG
 from course_utils.standin import STANDIN_CONFIG

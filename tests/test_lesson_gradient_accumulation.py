@@ -1,11 +1,11 @@
-"""Tests for the exercises of notebook 03 (course_utils.exercises.accumulation): right, unanswered, typical slips."""
+"""Notebook 03's exercises (course_utils.lessons.gradient_accumulation): right, unanswered, typical slips."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from course_utils import accumulation as acc
-from course_utils.exercises import accumulation as ex
+from course_utils.lessons import gradient_accumulation as ex
 
 
 # ---------------------------------------------------------------------------------------------

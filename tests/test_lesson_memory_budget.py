@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from course_utils import memory as mem
-from course_utils.exercises import budget as ex
+from course_utils.lessons import memory_budget as ex
 
 
 def test_three_ways_expected_values_are_the_bytes_rule() -> None:

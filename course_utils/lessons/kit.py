@@ -1,19 +1,54 @@
-"""Auto-checked exercises: the ``check_…`` helpers the notebooks call after "Your turn" cells.
+"""What every lesson module shares: one chart style, the widget wiring, and the exercise checks.
 
-Each notebook has its own module (``exercises.quantization``, ``exercises.qlora``, ``exercises.precision``,
-``exercises.accumulation``, ``exercises.budget``, ``exercises.tricks``). A checker never raises on a student's
-answer: it returns a :class:`Feedback` that Jupyter shows as one short message, right, or what is wrong and a
-hint. An answer still at its placeholder (``...`` or ``None``) gets "not answered yet", so a notebook runs top to
-bottom before anyone has written anything. The worked solutions stay in the notebooks, hidden in ``<details>``.
-
-This module holds the parts every checker shares: :class:`Feedback` and the three kinds of check (a number, one
-of a few choices, a small function tried on cases).
+- Charts: :data:`COLORS` and :func:`new_figure`, so that every chart is titled and labelled alike; the notebook
+  writes a text description under each one.
+- Widgets: :func:`interact_panel` wires ipywidgets controls to a plain callback, which is tested without a
+  browser. ipywidgets is imported only when a widget is built.
+- Exercises: a checker never raises on a student's answer. It returns a :class:`Feedback` (right; not answered
+  yet, for ``...`` or ``None``; or what is wrong, with a hint). :func:`check_number`, :func:`check_choice` and
+  :func:`check_function` are the three kinds of check. Worked solutions stay in the notebooks.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.rcParams.update({"figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False,
+                            "axes.grid": True, "grid.alpha": 0.3, "font.size": 10})
+
+import matplotlib.pyplot as plt  # noqa: E402 - after the style settings above, which it reads
+
+#: Colours used across the module, so a format keeps its colour from one chart to the next.
+COLORS = {"float32": "#4C72B0", "bfloat16": "#55A868", "float16": "#C44E52", "int8": "#8172B2",
+          "int4": "#CCB974", "nf4": "#64B5CD", "estimate": "#4C72B0", "measured": "#DD8452"}
+
+
+def new_figure(title: str, xlabel: str, ylabel: str, figsize: tuple[float, float] = (7.0, 3.6)) -> tuple[Any, Any]:
+    """A figure with one axes, titled and labelled. Returns ``(fig, ax)``."""
+    for name, value in (("title", title), ("xlabel", xlabel), ("ylabel", ylabel)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{name} must be a non-empty string: every chart is titled and labelled")
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return fig, ax
+
+
+def interact_panel(callback: Callable[..., Any], **controls: Any) -> Any:
+    """Wire ``controls`` (ipywidgets) to ``callback`` and return a box with the controls above its output.
+
+    Uses ``ipywidgets.interactive_output``: the callback's printed text and figures appear in the output
+    area and are redrawn whenever a control changes. The initial call happens here, once.
+    """
+    import ipywidgets as w
+
+    out = w.interactive_output(callback, controls)
+    return w.VBox([w.HBox(list(controls.values())), out])
+
 
 #: What an unanswered exercise holds: the notebooks write ``answer = ...`` (Ellipsis) or ``None``.
 PLACEHOLDERS = (Ellipsis, None)

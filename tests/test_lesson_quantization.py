@@ -1,21 +1,26 @@
-"""Charts and widget callbacks of notebook 01, without a browser: content, labels, speed, bad input."""
+"""course_utils.lessons.quantization: its charts, widgets and exercises.
+
+- Charts and widget callbacks of notebook 01, without a browser: content, labels, speed, bad input.
+- Notebook 01's exercise checkers: the right answer passes, the placeholder is "not answered", slips get hints.
+"""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
 import matplotlib
+import torch
+
+from course_utils import quant
 
 matplotlib.use("Agg")
 
 import pytest
 from matplotlib.collections import PathCollection
-import torch
 
-from course_utils import digits, quant
-from course_utils.plots import plt
-from course_utils.plots import quant as qplots
-from course_utils.widgets import quant as qwidgets
+from course_utils import digits
+from course_utils.lessons import quantization as lesson
+from course_utils.lessons.kit import plt
 
 NOTEBOOK_SRC = Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01_quantization.py"
 #: A widget redraw should take well under a second; the lesson aims for ~0.5 s. The bound is loose because
@@ -43,7 +48,7 @@ def _labelled(ax) -> bool:
 # Eight numbers
 # --------------------------------------------------------------------------------------------
 def test_dot_chart_has_two_rows_of_eight() -> None:
-    fig = qplots.plot_eight_numbers(4)
+    fig = lesson.plot_eight_numbers(4)
     (ax,) = fig.axes
     assert _labelled(ax) and "4-bit" in ax.get_title()
     assert ax.get_xlim() == (-0.4, 0.4)
@@ -54,7 +59,7 @@ def test_dot_chart_has_two_rows_of_eight() -> None:
 
 
 def test_dot_chart_description_is_the_lessons_at_4_bits() -> None:
-    assert qplots.describe_eight_numbers(4) == DOT_CHART_DESCRIPTION
+    assert lesson.describe_eight_numbers(4) == DOT_CHART_DESCRIPTION
 
 
 def test_notebook_quotes_the_description() -> None:
@@ -63,7 +68,7 @@ def test_notebook_quotes_the_description() -> None:
 
 
 def test_dot_chart_description_at_2_bits_says_levels_are_shared() -> None:
-    text = qplots.describe_eight_numbers(2)
+    text = lesson.describe_eight_numbers(2)
     assert "\u22120.35, \u22120.35, 0, 0, 0, 0, 0.35 and 0.35" in text
     assert "Only 3 different values are left" in text
 
@@ -71,7 +76,7 @@ def test_dot_chart_description_at_2_bits_says_levels_are_shared() -> None:
 @pytest.mark.parametrize("bits", range(2, 9))
 def test_eight_numbers_view_at_every_width(bits: int) -> None:
     start = time.perf_counter()
-    text, fig = qwidgets.eight_numbers_view(bits)
+    text, fig = lesson.eight_numbers_view(bits)
     elapsed = time.perf_counter() - start
     assert elapsed < REDRAW_LIMIT_S
     assert f"Stored step ({bits}-bit)" in text
@@ -82,9 +87,9 @@ def test_eight_numbers_view_at_every_width(bits: int) -> None:
 
 def test_eight_numbers_view_rejects_bad_bits() -> None:
     with pytest.raises(ValueError, match="bits"):
-        qwidgets.eight_numbers_view(9)
+        lesson.eight_numbers_view(9)
     with pytest.raises(TypeError, match="bits"):
-        qwidgets.eight_numbers_view("4")
+        lesson.eight_numbers_view("4")
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,12 +98,12 @@ def test_eight_numbers_view_rejects_bad_bits() -> None:
 @pytest.mark.parametrize("bits, block_size, symmetric", [(4, 0, True), (4, 64, True), (2, 16, False),
                                                          (8, 1024, False), (3, None, True)])
 def test_error_view_reports_error_size_and_draws_histograms(bits, block_size, symmetric) -> None:
-    qwidgets.demo_matrix()  # built once, cached: not part of a redraw
+    lesson.demo_matrix()  # built once, cached: not part of a redraw
     start = time.perf_counter()
-    text, fig = qwidgets.error_view(bits, block_size, symmetric)
+    text, fig = lesson.error_view(bits, block_size, symmetric)
     elapsed = time.perf_counter() - start
     assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
-    n = qwidgets.DEMO_SIDE ** 2
+    n = lesson.DEMO_SIDE ** 2
     blocks = 1 if not block_size else n // block_size
     codes = n * bits // 8
     zero_points = 0 if symmetric else blocks * bits // 8
@@ -110,7 +115,7 @@ def test_error_view_reports_error_size_and_draws_histograms(bits, block_size, sy
 
 def test_error_view_numbers_match_quant() -> None:
     x = torch.randn(64, 64)
-    text, _ = qwidgets.error_view(4, 64, True, x)
+    text, _ = lesson.error_view(4, 64, True, x)
     q = quant.quantize(x, 4, 64)
     assert f"average error {quant.mean_abs_error(x, q):.4f}" in text
     assert f"size {quant.storage_bytes(q):,} bytes" in text
@@ -119,31 +124,31 @@ def test_error_view_numbers_match_quant() -> None:
 
 def test_error_view_bad_input() -> None:
     with pytest.raises(ValueError, match="at most"):
-        qwidgets.error_view(4, None, True, torch.zeros(qwidgets.MAX_DEMO_VALUES + 1))
+        lesson.error_view(4, None, True, torch.zeros(lesson.MAX_DEMO_VALUES + 1))
     with pytest.raises(TypeError, match="block_size"):
-        qwidgets.error_view(4, False, True)
+        lesson.error_view(4, False, True)
     with pytest.raises(ValueError, match="bits"):
-        qwidgets.error_view(1, None, True)
+        lesson.error_view(1, None, True)
     with pytest.raises(TypeError, match="floating-point"):
-        qwidgets.error_view(4, None, True, torch.ones(4, dtype=torch.int64))
+        lesson.error_view(4, None, True, torch.ones(4, dtype=torch.int64))
 
 
 def test_demo_matrix_is_fixed_and_leaves_the_global_rng_alone() -> None:
     torch.manual_seed(5)
     expected = torch.rand(2)
     torch.manual_seed(5)
-    qwidgets.demo_matrix.cache_clear()
-    m = qwidgets.demo_matrix()
+    lesson.demo_matrix.cache_clear()
+    m = lesson.demo_matrix()
     assert torch.equal(torch.rand(2), expected)
-    assert m.shape == (qwidgets.DEMO_SIDE, qwidgets.DEMO_SIDE)
-    side = qwidgets.DEMO_SIDE
+    assert m.shape == (lesson.DEMO_SIDE, lesson.DEMO_SIDE)
+    side = lesson.DEMO_SIDE
     assert torch.equal(m, torch.randn(side, side, generator=torch.Generator().manual_seed(0)))
 
 
 def test_histograms_subsample_big_tensors() -> None:
     x = torch.randn(1000, 1000)
     start = time.perf_counter()
-    fig = qplots.plot_value_histograms(x, quant.round_trip(x, 4), "int4", max_points=5000)
+    fig = lesson.plot_value_histograms(x, quant.round_trip(x, 4), "int4", max_points=5000)
     assert time.perf_counter() - start < REDRAW_LIMIT_S
     left, right = fig.axes
     assert _labelled(left) and _labelled(right)
@@ -153,11 +158,11 @@ def test_histograms_subsample_big_tensors() -> None:
 
 def test_histograms_bad_input() -> None:
     with pytest.raises(ValueError, match="same shape"):
-        qplots.plot_value_histograms(torch.ones(4), torch.ones(5), "int4")
+        lesson.plot_value_histograms(torch.ones(4), torch.ones(5), "int4")
     with pytest.raises(ValueError, match="label"):
-        qplots.plot_value_histograms(torch.ones(4), torch.ones(4), "")
+        lesson.plot_value_histograms(torch.ones(4), torch.ones(4), "")
     with pytest.raises(ValueError, match="max_points"):
-        qplots.plot_value_histograms(torch.ones(4), torch.ones(4), "int4", max_points=10)
+        lesson.plot_value_histograms(torch.ones(4), torch.ones(4), "int4", max_points=10)
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,24 +176,24 @@ def _fake_rows(offset: float) -> list[digits.FormatResult]:
 
 def test_quality_chart_and_description() -> None:
     series = {"one scale per tensor": _fake_rows(0.0), "one scale per row": _fake_rows(0.01)}
-    fig = qplots.plot_quality_vs_bits(series)
+    fig = lesson.plot_quality_vs_bits(series)
     acc_ax, loss_ax = fig.axes
     assert _labelled(acc_ax) and _labelled(loss_ax)
     assert len(acc_ax.lines) == 2 and len(loss_ax.lines) == 2
     assert [t.get_text() for t in acc_ax.get_xticklabels()] == list(digits.FORMATS)
     assert loss_ax.get_yscale() == "log"
-    text = qplots.describe_quality_vs_bits(series)
+    text = lesson.describe_quality_vs_bits(series)
     assert "With one scale per tensor: accuracy float32 98.0%" in text and "int2 32.9%" in text
     assert "With one scale per row" in text and "int2 31.9%" in text
 
 
 def test_quality_chart_bad_input() -> None:
     with pytest.raises(ValueError, match="series"):
-        qplots.plot_quality_vs_bits({})
+        lesson.plot_quality_vs_bits({})
     with pytest.raises(ValueError, match="other formats"):
-        qplots.plot_quality_vs_bits({"a": _fake_rows(0), "b": _fake_rows(0)[:3]})
+        lesson.plot_quality_vs_bits({"a": _fake_rows(0), "b": _fake_rows(0)[:3]})
     with pytest.raises(ValueError, match="series"):
-        qplots.describe_quality_vs_bits({})
+        lesson.describe_quality_vs_bits({})
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,13 +202,13 @@ def test_quality_chart_bad_input() -> None:
 def test_widgets_wire_the_right_controls(capsys: pytest.CaptureFixture) -> None:
     import ipywidgets as w
 
-    box = qwidgets.eight_numbers_widget()
+    box = lesson.eight_numbers_widget()
     (slider,) = box.children[0].children
     assert isinstance(slider, w.IntSlider) and (slider.min, slider.max, slider.value) == (2, 8, 4)
-    box = qwidgets.error_widget(torch.randn(32, 32))
+    box = lesson.error_widget(torch.randn(32, 32))
     bits, block, symmetric = box.children[0].children
     assert (bits.min, bits.max) == (2, 8)
-    assert [v for _, v in block.options] == [v for _, v in qwidgets.BLOCK_CHOICES] and block.value == 0
+    assert [v for _, v in block.options] == [v for _, v in lesson.BLOCK_CHOICES] and block.value == 0
     assert isinstance(symmetric, w.Checkbox) and symmetric.value is True
     capsys.readouterr()
 
@@ -213,12 +218,12 @@ def test_widgets_wire_the_right_controls(capsys: pytest.CaptureFixture) -> None:
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def digits_model() -> tuple[torch.nn.Module, digits.DigitsData]:
-    return qwidgets.demo_digits()
+    return lesson.demo_digits()
 
 
 def test_format_view_int4_per_row_prints_the_tables_figures(digits_model) -> None:
     model, data = digits_model
-    text, fig = qwidgets.format_view("int4", "row", model, data)
+    text, fig = lesson.format_view("int4", "row", model, data)
     (row,) = [r for r in digits.quality_by_format(model, data, ["int4"], block_size="row")]
     base = digits.evaluate(model, data)
     assert f"{100 * base.accuracy:.1f}%" in text and f"{100 * row.accuracy:.1f}%" in text
@@ -234,10 +239,10 @@ def test_format_view_int4_per_row_prints_the_tables_figures(digits_model) -> Non
 
 
 @pytest.mark.parametrize("fmt", digits.FORMATS)
-@pytest.mark.parametrize("scales", [value for _, value in qwidgets.SCALE_CHOICES])
+@pytest.mark.parametrize("scales", [value for _, value in lesson.SCALE_CHOICES])
 def test_format_view_every_setting_matches_model_in_format(digits_model, fmt: str, scales) -> None:
     model, data = digits_model
-    score = qwidgets.format_score(model, data, fmt, scales)
+    score = lesson.format_score(model, data, fmt, scales)
     block = None if scales == "tensor" or not fmt.startswith("int") else scales
     converted, size = digits.model_in_format(model, fmt, block)
     assert (score.accuracy, score.loss) == tuple(digits.evaluate(converted, data))
@@ -248,72 +253,72 @@ def test_format_view_every_setting_matches_model_in_format(digits_model, fmt: st
             quant.packed_storage(m.weight.numel(), digits.FORMAT_BITS[fmt]).codes for m in layers)
     else:
         assert score.scale_bytes == 0
-    text, _ = qwidgets.format_view(fmt, scales, model, data)
+    text, _ = lesson.format_view(fmt, scales, model, data)
     assert f"{score.weight_bytes:,}" in text
 
 
 def test_format_view_is_cached_and_fast(digits_model) -> None:
     model, data = digits_model
-    first = qwidgets.format_score(model, data, "int3", 16)
-    assert qwidgets.format_score(model, data, "int3", 16) is first  # not recomputed
-    qwidgets.format_view("int3", 16, model, data)
+    first = lesson.format_score(model, data, "int3", 16)
+    assert lesson.format_score(model, data, "int3", 16) is first  # not recomputed
+    lesson.format_view("int3", 16, model, data)
     start = time.perf_counter()
-    text, fig = qwidgets.format_view("int3", 16, model, data)
+    text, fig = lesson.format_view("int3", 16, model, data)
     elapsed = time.perf_counter() - start
     assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
     # float formats ignore the scale setting: one result for all of them
-    assert qwidgets.format_score(model, data, "bfloat16", 16) is qwidgets.format_score(model, data, "bfloat16")
-    assert "no scales" in qwidgets.format_view("float16", 64, model, data)[0]
+    assert lesson.format_score(model, data, "bfloat16", 16) is lesson.format_score(model, data, "bfloat16")
+    assert "no scales" in lesson.format_view("float16", 64, model, data)[0]
 
 
 def test_format_view_cache_follows_the_model(digits_model) -> None:
     model, data = digits_model
     other = digits.train_digits_mlp(data, epochs=1, seed=3)
-    assert qwidgets.format_score(other, data, "int4") != qwidgets.format_score(model, data, "int4")
+    assert lesson.format_score(other, data, "int4") != lesson.format_score(model, data, "int4")
 
 
 def test_format_view_without_a_model_uses_the_course_network(digits_model) -> None:
     model, data = digits_model
-    assert qwidgets.format_view("int8", "tensor")[0] == qwidgets.format_view("int8", "tensor", model, data)[0]
+    assert lesson.format_view("int8", "tensor")[0] == lesson.format_view("int8", "tensor", model, data)[0]
 
 
 def test_format_view_bad_input(digits_model) -> None:
     model, data = digits_model
     with pytest.raises(ValueError, match="fmt"):
-        qwidgets.format_view("int5", "row", model, data)
+        lesson.format_view("int5", "row", model, data)
     with pytest.raises(TypeError, match="fmt"):
-        qwidgets.format_view(4, "row", model, data)
+        lesson.format_view(4, "row", model, data)
     with pytest.raises(ValueError, match="scales"):
-        qwidgets.format_view("int4", 48, model, data)
+        lesson.format_view("int4", 48, model, data)
     with pytest.raises(TypeError, match="scales"):
-        qwidgets.format_view("int4", None, model, data)
+        lesson.format_view("int4", None, model, data)
     with pytest.raises(TypeError, match="scales"):
-        qwidgets.format_view("int4", True, model, data)
+        lesson.format_view("int4", True, model, data)
     with pytest.raises(ValueError, match="together"):
-        qwidgets.format_view("int4", "row", model)
+        lesson.format_view("int4", "row", model)
     with pytest.raises(TypeError, match="model"):
-        qwidgets.format_score("model", data, "int4")
+        lesson.format_score("model", data, "int4")
     with pytest.raises(TypeError, match="data"):
-        qwidgets.format_score(model, "data", "int4")
+        lesson.format_score(model, "data", "int4")
 
 
 def test_format_labels() -> None:
-    assert qwidgets.format_label("int4", "row") == "int4, one scale per row"
-    assert qwidgets.format_label("int8", 64) == "int8, one scale per 64 weights"
-    assert qwidgets.format_label("int2", "tensor") == "int2, one scale per tensor"
-    assert qwidgets.format_label("bfloat16", 16) == "bfloat16"
+    assert lesson.format_label("int4", "row") == "int4, one scale per row"
+    assert lesson.format_label("int8", 64) == "int8, one scale per 64 weights"
+    assert lesson.format_label("int2", "tensor") == "int2, one scale per tensor"
+    assert lesson.format_label("bfloat16", 16) == "bfloat16"
     with pytest.raises(ValueError, match="fmt"):
-        qwidgets.format_label("int5", "row")
+        lesson.format_label("int5", "row")
     with pytest.raises(ValueError, match="scales"):
-        qwidgets.format_label("int4", "column")
+        lesson.format_label("int4", "column")
 
 
 def test_format_chart_and_description() -> None:
     base, other = ("float32", 0.98, 0.086, 18944), ("int4, one scale per row", 0.976, 0.090, 2664)
-    fig = qplots.plot_format_comparison(base, other)
+    fig = lesson.plot_format_comparison(base, other)
     assert len(fig.axes) == 3 and all(_labelled(ax) for ax in fig.axes)
     assert "int4, one scale per row" in fig._suptitle.get_text()
-    text = qplots.describe_format_comparison(base, other)
+    text = lesson.describe_format_comparison(base, other)
     assert "test accuracy 98.0% and 97.6%" in text and "test loss 0.086 and 0.090" in text
     assert "weight bytes 18,944 and 2,664" in text
 
@@ -321,27 +326,155 @@ def test_format_chart_and_description() -> None:
 def test_format_chart_bad_input() -> None:
     good = ("float32", 0.98, 0.086, 18944)
     with pytest.raises(TypeError, match="other"):
-        qplots.plot_format_comparison(good, ("int4", 0.9))
+        lesson.plot_format_comparison(good, ("int4", 0.9))
     with pytest.raises(ValueError, match="accuracy"):
-        qplots.plot_format_comparison(good, ("int4", 97.6, 0.09, 2664))
+        lesson.plot_format_comparison(good, ("int4", 97.6, 0.09, 2664))
     with pytest.raises(ValueError, match="label"):
-        qplots.describe_format_comparison(("", 0.98, 0.086, 18944), good)
+        lesson.describe_format_comparison(("", 0.98, 0.086, 18944), good)
     with pytest.raises(TypeError, match="weight_bytes"):
-        qplots.describe_format_comparison(good, ("int4", 0.9, 0.1, 26.5))
+        lesson.describe_format_comparison(good, ("int4", 0.9, 0.1, 26.5))
 
 
 def test_format_widget_controls(digits_model, capsys: pytest.CaptureFixture) -> None:
     import ipywidgets as w
 
     model, data = digits_model
-    box = qwidgets.format_widget(model, data)
+    box = lesson.format_widget(model, data)
     fmt, scales = box.children[0].children
     assert isinstance(fmt, w.Dropdown) and list(fmt.options) == list(digits.FORMATS) and fmt.value == "int4"
-    assert [v for _, v in scales.options] == [v for _, v in qwidgets.SCALE_CHOICES] and scales.value == "row"
+    assert [v for _, v in scales.options] == [v for _, v in lesson.SCALE_CHOICES] and scales.value == "row"
     fmt.value = "bfloat16"
     assert scales.disabled  # a 16-bit float has no scales
     fmt.value = "int2"
     assert not scales.disabled
     with pytest.raises(ValueError, match="together"):
-        qwidgets.format_widget(model)
+        lesson.format_widget(model)
     capsys.readouterr()
+
+
+N = 11008 * 4096  # the exercise's matrix
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes of an int4 matrix with a scale per 64 weights
+# --------------------------------------------------------------------------------------------
+def test_bytes_right_answer() -> None:
+    assert lesson.int4_block_bytes() == quant.packed_storage(N, 4, 64).total == 25_362_432
+    feedback = lesson.check_int4_block_bytes(N * 4 // 8 + N // 64 * 4)
+    assert feedback.correct and feedback.answered
+    assert "25,362,432 bytes" in str(feedback) and "4.5 bits per weight" in str(feedback)
+    assert lesson.check_int4_block_bytes(25_362_432.0).correct
+
+
+def test_bytes_placeholder() -> None:
+    for placeholder in (..., None):
+        feedback = lesson.check_int4_block_bytes(placeholder)
+        assert not feedback.correct and not feedback.answered
+        assert str(feedback).startswith("Not answered yet")
+
+
+def _hint(answer: object) -> str:
+    feedback = lesson.check_int4_block_bytes(answer)
+    assert not feedback.correct and feedback.answered
+    return feedback.hint
+
+
+def test_bytes_typical_slips_get_their_hint() -> None:
+    assert "codes alone" in _hint(N // 2)                              # forgot the scales
+    assert "half a byte" in _hint(N * 4 + N // 64 * 4)                   # 4 bytes a weight / bits as bytes
+    assert "add the scales" in _hint(N * 4)                             # both slips at once
+    assert "in bits" in _hint(N * 4 + N // 64 * 32)                     # the whole total in bits
+    assert "not 2" in _hint(N // 2 + N // 64 * 2)                       # 16-bit scales
+    assert "one scale for the whole matrix" in _hint(N // 2 + 4)        # one scale only
+    assert "two to a byte" in _hint(N + N // 64 * 4)                    # a byte per code
+    assert "MB" in _hint(25.362432)
+    assert "Codes:" in _hint(12345)                                     # anything else: the general hint
+
+
+def test_bytes_wrong_types() -> None:
+    for answer in ("25362432", True, float("nan")):
+        feedback = lesson.check_int4_block_bytes(answer)
+        assert not feedback.correct and feedback.answered and "number" in feedback.message
+
+
+# --------------------------------------------------------------------------------------------
+# quantize_int8 by hand
+# --------------------------------------------------------------------------------------------
+def right_int8(x):
+    s = x.abs().max() / 127
+    return torch.round(x / s), s
+
+
+def test_int8_right_answers() -> None:
+    assert lesson.check_quantize_int8(right_int8).correct
+
+    def with_int8_codes_and_float_scale(x):
+        s = x.abs().max().item() / 127
+        return torch.round(x / s).to(torch.int8), s
+
+    assert lesson.check_quantize_int8(with_int8_codes_and_float_scale).correct
+    # the cases really are quant.quantize's: codes and scale agree on every one
+    for x in lesson.int8_cases():
+        codes, scale = right_int8(x)
+        q = quant.quantize(x, 8)
+        assert torch.equal(codes.to(torch.int8), q.codes) and float(scale) == float(q.scales)
+
+
+def test_int8_placeholder() -> None:
+    def not_written(x):
+        raise NotImplementedError
+
+    def no_return(x):
+        s = x.abs().max() / 127  # noqa: F841 - a student's unfinished function
+
+    for fn in (..., None, not_written, no_return):
+        feedback = lesson.check_quantize_int8(fn)
+        assert not feedback.correct and not feedback.answered, fn
+
+
+def _int8_hint(fn) -> str:
+    feedback = lesson.check_quantize_int8(fn)
+    assert not feedback.correct and feedback.answered
+    return feedback.hint
+
+
+def test_int8_typical_slips_get_their_hint() -> None:
+    def over_128(x):
+        s = x.abs().max() / 128
+        return torch.round(x / s), s
+
+    def largest_not_absolute(x):
+        s = x.max() / 127
+        return torch.round(x / s), s
+
+    def truncated(x):
+        s = x.abs().max() / 127
+        return (x / s).int(), s
+
+    def not_rounded(x):
+        s = x.abs().max() / 127
+        return x / s, s
+
+    def inverse_scale(x):
+        s = 127 / x.abs().max()
+        return torch.round(x * s), s
+
+    def over_255(x):
+        s = x.abs().max() / 255
+        return torch.round(x / s), s
+
+    assert "127, not 128" in _int8_hint(over_128)
+    assert "x.abs().max()" in _int8_hint(largest_not_absolute)
+    assert "torch.round" in _int8_hint(truncated) and "cuts" in _int8_hint(truncated)
+    assert "whole numbers" in _int8_hint(not_rounded)
+    assert "inverse" in _int8_hint(inverse_scale)
+    assert "not by 255" in _int8_hint(over_255)
+
+
+def test_int8_wrong_shapes_and_errors_are_one_line() -> None:
+    assert "return q, s" in _int8_hint(lambda x: x)
+    assert "one number" in lesson.check_quantize_int8(lambda x: (x, x)).message
+    assert "shape" in lesson.check_quantize_int8(lambda x: (x[:1], x.abs().max() / 127)).message
+    feedback = lesson.check_quantize_int8(lambda x: 1 / 0)
+    assert not feedback.correct and "ZeroDivisionError" in feedback.message
+    assert "should be a function" in lesson.check_quantize_int8(42).message

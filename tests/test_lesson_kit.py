@@ -1,7 +1,7 @@
-"""course_utils.exercises: the shared checks behind every notebook's auto-checked exercises."""
+"""course_utils.lessons.kit: the shared checks behind every notebook's auto-checked exercises."""
 from __future__ import annotations
 
-from course_utils.exercises import Feedback, check_choice, check_function, check_number
+from course_utils.lessons.kit import Feedback, check_choice, check_function, check_number
 
 
 def test_feedback_reads_as_one_message_and_as_a_bool() -> None:

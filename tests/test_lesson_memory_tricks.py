@@ -6,7 +6,7 @@ import math
 import pytest
 
 from course_utils.architecture import Architecture
-from course_utils.exercises import tricks as ex
+from course_utils.lessons import memory_tricks as ex
 from course_utils.units import GB
 
 SMOL = Architecture.from_config("smollm2-135m")
