@@ -478,3 +478,25 @@ def test_int8_wrong_shapes_and_errors_are_one_line() -> None:
     feedback = lesson.check_quantize_int8(lambda x: 1 / 0)
     assert not feedback.correct and "ZeroDivisionError" in feedback.message
     assert "should be a function" in lesson.check_quantize_int8(42).message
+
+
+def test_01s_hand_written_chart_description_has_the_helpers_numbers() -> None:
+    """01 describes its quality chart in its own words: every number there is one describe_quality_vs_bits writes."""
+    import json
+    import re
+
+    nb = json.loads((NOTEBOOK_SRC.parents[1] / "01_quantization.ipynb").read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+    def table(name: str) -> list[digits.FormatResult]:
+        cell = next(c for c in code if f"print(format_quality_table({name}))" in "".join(c["source"]))
+        lines = "".join("".join(o.get("text", "")) for o in cell["outputs"]).splitlines()[1:]
+        return [digits.FormatResult(f, int(b), float(a.rstrip("%")) / 100, float(loss), int(n.replace(",", "")))
+                for f, b, a, loss, n in (line.split() for line in lines if line.strip())]
+
+    said = lesson.describe_quality_vs_bits({"one scale per tensor": table("per_tensor"),
+                                            "one scale per row": table("per_row")})
+    markdown = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+                    and "Two line charts" in "".join(c["source"]))
+    for pattern in (r"\d+\.\d%", r"\b\d\.\d{3}\b"):  # accuracies, then losses, in the same order
+        assert re.findall(pattern, markdown) == re.findall(pattern, said), pattern

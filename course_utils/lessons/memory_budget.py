@@ -232,8 +232,6 @@ def planner_view(model: str, billions: float, method: str, lora_rank: int, budge
     """The widget's callback: print the plan's text and draw its stacked bar. Returns the figure."""
     import matplotlib.pyplot as plt
 
-
-
     result = plan(model, billions, method, lora_rank, budget_gb)
     print(result.text)
     fig = plot_breakdown(result.estimate, budget_gb)
@@ -311,8 +309,6 @@ def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8
 def step_planner_view(config: str, method: str, batch: int, seq: int, checkpointing: bool, optimizer: str) -> Any:
     """The step planner's callback: print the plan and draw the stacked bar against each GPU. Returns the figure."""
     import matplotlib.pyplot as plt
-
-
 
     result = step_plan(config, method, batch, seq, checkpointing, optimizer)
     print(result.text)

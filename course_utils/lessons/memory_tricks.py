@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from course_utils import checks, memory
 from course_utils.architecture import Architecture
 from course_utils.bottleneck import arithmetic_time_factor
+from course_utils.configs import config_presets
 from course_utils.lessons.kit import COLORS, Feedback, check_choice, check_number, interact_panel, new_figure, plt
 from course_utils.step_memory import estimate_step, saved_activations
 from course_utils.units import GB
@@ -96,7 +98,8 @@ def breakdown_chart(estimate: Any, budget_gb: float | None = None) -> Any:
     return fig
 
 
-PRESETS = ("smollm2-135m", "qwen2.5-1.5b-instruct", "qwen3-4b-instruct-2507")
+#: The models the planner offers: the shipped presets (as 04's step planner).
+PRESETS = tuple(config_presets())
 SEQS = (128, 256, 512, 1024, 2048, 4096)
 BUDGETS = (8.0, 16.0, 24.0, 40.0, 80.0)
 
@@ -110,20 +113,16 @@ def bottleneck_view(model: str = "smollm2-135m", method: str = "full", batch: in
     """
     from course_utils.bottleneck import what_is_my_bottleneck
 
-    if model not in PRESETS:
-        raise ValueError(f"model must be one of {', '.join(PRESETS)}; got {model!r}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 256:
-        raise ValueError(f"batch must be an integer from 1 to 256, got {batch!r}")
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= 8192:
-        raise ValueError(f"seq must be an integer from 1 to 8192, got {seq!r}")
+    checks.choice(model, "model", PRESETS)
+    checks.choice(method, "method", memory.METHODS)
+    checks.integer(batch, "batch", 1, 256)
+    checks.integer(seq, "seq", 1, 8192)
     diag = what_is_my_bottleneck(model, method, batch, budget_gb, seq=seq, checkpointing=checkpointing,
                                  optimizer=optimizer, device="cuda")
     text = diag.text()
     print(text)
     if show_chart:
         import matplotlib.pyplot as plt
-
-
 
         breakdown_chart(diag.estimate, budget_gb)
         plt.show()
@@ -136,7 +135,7 @@ def bottleneck_planner() -> Any:
 
     controls = {
         "model": w.Dropdown(options=PRESETS, value="smollm2-135m", description="model"),
-        "method": w.Dropdown(options=("full", "lora", "lora-bf16", "qlora"), value="full", description="method"),
+        "method": w.Dropdown(options=tuple(memory.METHODS), value="full", description="method"),
         "batch": w.IntSlider(value=8, min=1, max=64, description="batch"),
         "seq": w.Dropdown(options=SEQS, value=512, description="seq"),
         "budget_gb": w.Dropdown(options=BUDGETS, value=16.0, description="GB"),
