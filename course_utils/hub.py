@@ -5,7 +5,7 @@ whether the Hub original can be used: left to itself, the Hugging Face Hub clien
 before failing, a long silence in front of a class, so this decides in about a second at most.
 ``HF_HUB_OFFLINE`` set decides at once; otherwise one quick TCP connection to the Hub. Without the Hub,
 :func:`course_utils.standin.choose_model` takes the packaged copy where it is installed, else the stand-in.
-Nothing heavy is imported here (no torch), and no other course module.
+Nothing heavy is imported here (no torch), and of the course only the leaf modules ``checks`` and ``units``.
 """
 from __future__ import annotations
 
