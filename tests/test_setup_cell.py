@@ -1,8 +1,8 @@
 """The generated setup cell (scripts/build_notebooks.py ``setup_cell_source``), executed as its own text.
 
 A simulated Colab (``COLAB_RELEASE_TAG`` set) and a fake pip in place of ``subprocess.run``: what it installs,
-with which caps, and the one message a student sees when pip fails. The device profiles are in
-tests/test_gpu_paths.py.
+with which caps, and the one message a student sees when pip fails. tests/test_gpu_paths.py
+runs the same cell on every simulated device, with the FakePip and run_cell of this file.
 """
 from __future__ import annotations
 
@@ -43,9 +43,16 @@ class FakePip:
         return subprocess.CompletedProcess(cmd, 1 if failed else 0, "\n".join(PIP_LINES) if failed else "", None)
 
 
+#: What the setup cell sees installed, by default: everything but bitsandbytes (as on Colab).
+NO_BITSANDBYTES: dict[str, str | None] = {"bitsandbytes": None}
+
+
 def run_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pip: FakePip, *, colab: bool = True,
-             source: str | None = None, missing: tuple[str, ...] = ("bitsandbytes",)) -> str:
-    """Execute the setup cell of a notebook with extras ``["peft"]``; return what it printed."""
+             source: str | None = None, installed: dict[str, str | None] = NO_BITSANDBYTES) -> str:
+    """Execute the setup cell of a notebook with extras ``["peft"]``; return what it printed.
+
+    ``installed``: package versions the cell reads instead of the real ones (None: not installed).
+    """
     monkeypatch.setattr(subprocess, "run", pip)
     monkeypatch.setenv("HOME", str(tmp_path))
     for key in [k for k in os.environ if k.startswith("COLAB_")]:
@@ -59,9 +66,11 @@ def run_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pip: FakePip, *, c
     real = md.version
 
     def version(name: str) -> str:
-        if name in missing:
+        if name not in installed:
+            return real(name)
+        if installed[name] is None:
             raise md.PackageNotFoundError(name)
-        return real(name)
+        return installed[name]
 
     monkeypatch.setattr(md, "version", version)
     out = io.StringIO()
@@ -114,7 +123,7 @@ def test_failed_extras_install_names_the_capped_requirement(monkeypatch: pytest.
 def test_success_installs_helpers_then_the_missing_extras_capped(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     pip = FakePip()
-    printed = run_cell(monkeypatch, tmp_path, pip, missing=("bitsandbytes", "accelerate", "peft"))
+    printed = run_cell(monkeypatch, tmp_path, pip, installed={"bitsandbytes": None, "accelerate": None, "peft": None})
     helpers, extras = pip.calls
     assert helpers[-2:] == ["--no-deps", about.install_spec()]
     low, high = about.SUPPORTED["bitsandbytes"]
