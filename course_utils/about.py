@@ -5,12 +5,15 @@ prev/next links are stamped from it by ``scripts/build_notebooks.py``.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
+
+from course_utils import checks
 
 #: GitHub "owner/name" of this course. Change it here (and re-run the build script) when the repo moves.
 REPO = "pack-the-bag/single-gpu-tricks"
 #: Branch that Colab badges point to.
-BRANCH = "main"
+_BRANCH = "main"
 #: This package's version. The Colab setup cell installs the helpers from the git tag ``v{VERSION}``, so a
 #: notebook always gets the helpers it was built with; tag each release (see CONTRIBUTING.md).
 VERSION = "0.2.0"
@@ -74,7 +77,7 @@ NOTEBOOKS: tuple[NotebookInfo, ...] = (
 
 def colab_url(filename: str) -> str:
     """The 'Open in Colab' address of a notebook in this repository."""
-    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{filename}"
+    return f"https://colab.research.google.com/github/{REPO}/blob/{_BRANCH}/notebooks/{filename}"
 
 
 def release_tag() -> str:
@@ -94,23 +97,10 @@ def install_spec() -> str:
 
 def _as_tuple(version: str) -> tuple[int, ...]:
     """'4.57.6' -> (4, 57, 6); a pre-release or local suffix ('2.13.0+cu126', '5.0.0rc1') is cut off."""
-    if not isinstance(version, str) or not version.strip():
-        raise ValueError(f"version must be a non-empty string such as '4.57.6', got {version!r}")
-    parts = []
-    for piece in version.strip().split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) < len(piece):
-            break
-    if not parts:
-        raise ValueError(f"version must start with a number such as '4.57.6', got {version!r}")
-    return tuple(parts)
+    numbers = re.match(r"\d+(\.\d+)*", version.strip()) if isinstance(version, str) else None
+    if numbers is None:
+        raise ValueError(f"version must be a string that starts with a number such as '4.57.6', got {version!r}")
+    return tuple(int(n) for n in numbers.group().split("."))
 
 
 def version_status(package: str, installed: str | None) -> str | None:
@@ -118,15 +108,13 @@ def version_status(package: str, installed: str | None) -> str | None:
 
     Newer than tested is a note (it will probably work); older than the floor, or missing, says how to fix it.
     """
-    if package not in SUPPORTED:
-        raise ValueError(f"package must be one of {sorted(SUPPORTED)}, got {package!r}")
-    low, high = SUPPORTED[package]
+    low, high = SUPPORTED[checks.choice(package, "package", SUPPORTED)]
     if installed is None:
         return f"{package} is not installed: pip install '{package}>={low}'"
-    have = _as_tuple(installed)
+    have, top = _as_tuple(installed), _as_tuple(high)
     if have < _as_tuple(low):
         return (f"{package} {installed} is older than the course supports ({low} to {high}): "
                 f"pip install -U '{package}>={low}', then restart the runtime")
-    if have[:len(_as_tuple(high))] > _as_tuple(high):
+    if have[:len(top)] > top:
         return f"note: {package} {installed} is newer than the course has tested ({low} to {high}); report problems"
     return None

@@ -14,12 +14,13 @@ This module holds the small pieces the notebook ``03_gradient_accumulation`` cal
 - the equality check (one batch vs accumulated micro-batches) and a gradient comparison;
 - a micro-batch sweep that measures activation memory and wall time honestly on CPU and GPU;
 - the padding trap (per-micro-batch mean losses) and its fix (sum of token losses / total tokens);
-- a plain accumulation training loop, and a quiet Hugging Face ``Trainer`` run.
+- the small dataset and models of the training loops (plain PyTorch and Hugging Face ``Trainer``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -27,10 +28,7 @@ from torch import nn
 
 from course_utils import checks, hardware
 from course_utils.digits import make_mlp
-from course_utils.quiet import quiet_libraries
 from course_utils.units import format_bytes
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: The micro-batch sizes the notebook's sweep and widget offer (all divide the batch of 64).
 MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -39,14 +37,6 @@ MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------------------------
 # Batch arithmetic
 # --------------------------------------------------------------------------------------------
-def effective_batch_size(micro_batch_size: int, accumulation_steps: int, world_size: int = 1) -> int:
-    """Examples behind one optimizer step: micro-batch size x accumulation steps x processes (GPUs)."""
-    checks.integer(micro_batch_size, "micro_batch_size")
-    checks.integer(accumulation_steps, "accumulation_steps")
-    checks.integer(world_size, "world_size")
-    return micro_batch_size * accumulation_steps * world_size
-
-
 def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: int = 1) -> int:
     """How many micro-batches each process runs per optimizer step to reach ``batch_size`` examples.
 
@@ -62,13 +52,12 @@ def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: i
     checks.integer(micro_batch_size, "micro_batch_size", 1, per_process)
     if per_process % micro_batch_size:
         raise ValueError(f"micro_batch_size must divide the per-process batch ({per_process}): "
-                         f"{micro_batch_size} does not; try one of {divisors(per_process)}")
+                         f"{micro_batch_size} does not; try one of {_divisors(per_process)}")
     return per_process // micro_batch_size
 
 
-def divisors(n: int) -> list[int]:
+def _divisors(n: int) -> list[int]:
     """The positive divisors of ``n``: the micro-batch sizes that split a batch of ``n`` evenly."""
-    checks.integer(n, "n")
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -98,95 +87,59 @@ def trip_sizes(batch_size: int, micro_batch_size: int) -> list[int]:
     return [micro_batch_size] * full + ([rest] if rest else [])
 
 
-#: How a loop turns micro-batch losses into one update (see :func:`weight_per_item` and :func:`token_gradients`).
-NORMALIZE = ("micro_mean", "total_tokens")
-
-
 def weight_per_item(counts: Sequence[int], normalize: str = "total_tokens") -> list[float]:
     """The weight one item (an example or a real token) of each micro-batch gets in the accumulated gradient.
 
     ``counts`` holds the items of each micro-batch. ``"micro_mean"``: each micro-batch's mean loss divided by the
     number of micro-batches, so an item of micro-batch *i* weighs ``1 / (len(counts) * counts[i])``.
     ``"total_tokens"``: each micro-batch's summed loss divided by all the items, so every item weighs
-    ``1 / sum(counts)``, exactly as in one big batch.
+    ``1 / sum(counts)``, exactly as in one big batch. The counts come from :func:`trip_sizes` (or another
+    checked source): at least one, each >= 1.
     """
-    checks.choice(normalize, "normalize", NORMALIZE)
-    if not counts:
-        raise ValueError("counts must hold at least one micro-batch's item count")
-    counts = [checks.integer(n, "counts", 1) for n in counts]
-    if normalize == "micro_mean":
+    if checks.choice(normalize, "normalize", ("micro_mean", "total_tokens")) == "micro_mean":
         return [1 / (len(counts) * n) for n in counts]
     return [1 / sum(counts)] * len(counts)
-
-
-def micro_batches(tensor: torch.Tensor, micro_batch_size: int) -> tuple[torch.Tensor, ...]:
-    """Split ``tensor`` along its first dimension into equal micro-batches (the size must divide it)."""
-    accumulation_steps_for(tensor.shape[0], micro_batch_size)
-    return tensor.split(micro_batch_size)
 
 
 # --------------------------------------------------------------------------------------------
 # The equality check
 # --------------------------------------------------------------------------------------------
-def linear_example(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
-    """The first check: ``manual_seed(seed)``, ``Linear(10, 1)``, ``x = randn(64, 10)``, ``y = randn(64, 1)``."""
-    checks.integer(seed, "seed", 0)
-    torch.manual_seed(seed)
-    model = nn.Linear(10, 1)
-    x, y = torch.randn(64, 10), torch.randn(64, 1)
-    return model, x, y
+def _backward_micro_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> None:
+    """Clear ``.grad``, then run the batch as micro-batches (forward + backward each), letting ``.grad`` add them up.
 
-
-def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(out, target)
-
-
-def _grads(model: nn.Module) -> list[torch.Tensor]:
-    return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
-
-
-def full_batch_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                         loss_fn: LossFn = _mse) -> list[torch.Tensor]:
-    """Gradients of every parameter from one forward and backward over the whole batch."""
-    model.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
-    grads = _grads(model)
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def accumulated_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                          divide: bool = True, loss_fn: LossFn = _mse) -> list[torch.Tensor]:
-    """Gradients after running the batch as micro-batches, letting ``.grad`` add them up.
-
-    With ``divide=True`` each micro-batch loss is divided by the number of micro-batches, so the sum of
-    the micro-batch gradients is the batch average; ``divide=False`` shows the classic bug.
+    Each micro-batch loss is divided by the number of micro-batches, so the sum of the micro-batch
+    gradients is the batch average (forgetting that division is the classic bug). One micro-batch's
+    graph is alive at a time.
     """
-    steps = accumulation_steps_for(x.shape[0], micro_batch_size)
     model.zero_grad(set_to_none=True)
+    steps = len(x) // micro_batch_size
     for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
-        loss = loss_fn(model(xb), yb)
-        (loss / steps if divide else loss).backward()
-    grads = _grads(model)
+        (nn.functional.mse_loss(model(xb), yb) / steps).backward()
+
+
+def accumulated_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                          micro_batch_size: int | None = None) -> list[torch.Tensor]:
+    """Copies of every parameter's gradient (mean squared error) after running the batch as micro-batches.
+
+    ``micro_batch_size=None`` runs the whole batch in one forward and backward pass: the reference.
+    ``.grad`` is left clean. The size must divide the batch (:func:`accumulation_steps_for` checks it).
+    """
+    _backward_micro_batches(model, x, y, len(x) if micro_batch_size is None else micro_batch_size)
+    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     return grads
 
 
 @dataclass(frozen=True)
-class GradientComparison:
-    """How a gradient compares with a reference: ``same`` (allclose), the largest difference, the size ratio."""
+class _GradientComparison:
+    """How a gradient compares with a reference: ``same`` (allclose) and the largest difference."""
 
     same: bool
     max_difference: float
-    norm_ratio: float  # ||other|| / ||reference||: 4.0 when the loss was not divided by 4
-
-    def __str__(self) -> str:
-        return (f"same gradient: {self.same}, largest difference: {self.max_difference:.1e}, "
-                f"size ratio: {self.norm_ratio:.2f}")
 
 
 def compare_gradients(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
-                      rtol: float = 1e-5, atol: float | None = None) -> GradientComparison:
+                      rtol: float = 1e-5, atol: float | None = None) -> _GradientComparison:
     """Compare two lists of gradients with ``torch.allclose``, parameter by parameter.
 
     ``atol=None`` scales the absolute tolerance to each gradient's size (``rtol`` x its largest entry):
@@ -201,29 +154,24 @@ def compare_gradients(reference: Sequence[torch.Tensor], other: Sequence[torch.T
     same = all(torch.allclose(a, b, rtol=rtol, atol=rtol * float(a.abs().max()) if atol is None else atol)
                for a, b in zip(reference, other))
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, other))
-    ref_norm = math.sqrt(sum(float(a.double().pow(2).sum()) for a in reference))
-    other_norm = math.sqrt(sum(float(b.double().pow(2).sum()) for b in other))
-    ratio = other_norm / ref_norm if ref_norm > 0 else float("nan")
-    return GradientComparison(same, diff, ratio)
+    return _GradientComparison(same, diff)
 
 
 # --------------------------------------------------------------------------------------------
 # Activation memory and time per micro-batch size
 # --------------------------------------------------------------------------------------------
 #: Inputs per example of the sweep's model and batch.
-SWEEP_FEATURES = 256
+_SWEEP_FEATURES = 256
 #: The sweep's model, ``make_mlp(**SWEEP_MLP)`` (:func:`course_utils.digits.make_mlp`, the course's one MLP
 #: builder): 256 inputs, three hidden layers of 512 with GELU, one output. Real activations, so activation
 #: memory grows with the batch.
-SWEEP_MLP = {"in_features": SWEEP_FEATURES, "hidden": 512, "depth": 3, "out_features": 1, "activation": "gelu"}
+SWEEP_MLP = {"in_features": _SWEEP_FEATURES, "hidden": 512, "depth": 3, "out_features": 1, "activation": "gelu"}
 
 
-def regression_batch(batch_size: int = 64, in_features: int = SWEEP_FEATURES, out_features: int = 1,
-                     seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed random batch ``(x, y)`` for the sweep, drawn from its own generator."""
-    checks.integer(batch_size, "batch_size")
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch_size, in_features, generator=g), torch.randn(batch_size, out_features, generator=g)
+def regression_batch(batch_size: int = 64, in_features: int = _SWEEP_FEATURES) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed random batch ``(x, y)`` for the sweep (one target per example), drawn from its own generator."""
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(batch_size, in_features, generator=g), torch.randn(batch_size, 1, generator=g)
 
 
 def saved_tensor_bytes(step: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
@@ -283,13 +231,10 @@ def memory_method(device: torch.device | str | None = None) -> str:
     'cuda' (the CUDA allocator's counter) on a CUDA device; 'cpu' (bytes saved for backward, counted with
     ``saved_tensors_hooks``) anywhere else. :data:`MEMORY_METHODS` says what each one measures.
     """
-    from course_utils.hardware import as_device
-
-    return "cuda" if as_device(device).type == "cuda" else "cpu"
+    return "cuda" if hardware.as_device(device).type == "cuda" else "cpu"
 
 
-def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                      loss_fn: LossFn = _mse) -> tuple[int, str]:
+def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> tuple[int, str]:
     """Memory one micro-batch's activations take, and what was measured (see :data:`MEMORY_METHODS`).
 
     With accumulation only one micro-batch's activations are alive at a time, so this is the
@@ -298,10 +243,10 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
     elsewhere it is the bytes autograd saves for backward.
     """
     # Copies, as a data loader would hand them over: a slice would share (and count) the whole batch's storage.
-    xb, yb = micro_batches(x, micro_batch_size)[0].clone(), micro_batches(y, micro_batch_size)[0].clone()
+    xb, yb = x[:micro_batch_size].clone(), y[:micro_batch_size].clone()
 
     def step() -> torch.Tensor:
-        return loss_fn(model(xb), yb)
+        return nn.functional.mse_loss(model(xb), yb)
 
     model.zero_grad(set_to_none=True)
     kind = memory_method(x.device)
@@ -315,17 +260,12 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
 
 
 @dataclass(frozen=True)
-class ProportionCheck:
-    """Does activation memory grow in proportion to the micro-batch? Bytes per example, smallest and largest."""
+class _ProportionCheck:
+    """Does activation memory grow in proportion to the micro-batch? ``spread``: largest over smallest bytes per
+    example, minus 1 (0.0 means exactly proportional)."""
 
-    min_bytes_per_example: float
-    max_bytes_per_example: float
-    rtol: float
-
-    @property
-    def spread(self) -> float:
-        """Largest over smallest bytes per example, minus 1 (0.0 means exactly proportional)."""
-        return self.max_bytes_per_example / self.min_bytes_per_example - 1 if self.min_bytes_per_example else math.inf
+    spread: float
+    rtol: float = 0.25
 
     @property
     def holds(self) -> bool:
@@ -337,38 +277,28 @@ class ProportionCheck:
                 f"{self.rtol:.0%} at every size): {self.holds}")
 
 
-def proportion_check(rows: Sequence["MicroBatchRow"], rtol: float = 0.25) -> ProportionCheck:
+def proportion_check(rows: Sequence["MicroBatchRow"]) -> _ProportionCheck:
     """Check that activation memory is proportional to the micro-batch size across the sweep's ``rows``.
 
-    Bytes per example (``activation_bytes / micro_batch_size``) must agree within ``rtol`` (0 < rtol <= 1)
-    between the smallest and the largest. A reading with a fixed part (such as weight-gradient temporaries)
+    Bytes per example (``activation_bytes / micro_batch_size``) must agree within 25% between the smallest
+    and the largest. A reading with a fixed part (such as weight-gradient temporaries)
     fails it: that part dominates small micro-batches.
     """
-    if not rows:
-        raise ValueError("rows must hold at least one measured micro-batch size")
-    rtol = checks.positive(rtol, "rtol", 1)
+    checks.integer(len(rows), "len(rows)", 1)  # at least one measured micro-batch size
     per_example = [r.activation_bytes / r.micro_batch_size for r in rows]
-    return ProportionCheck(min(per_example), max(per_example), rtol)
+    low, high = min(per_example), max(per_example)
+    return _ProportionCheck(high / low - 1 if low else math.inf)
 
 
-def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                           min_run_time: float = 0.1, loss_fn: LossFn = _mse) -> float:
-    """Median seconds to run the whole batch as micro-batches (forward + backward each), timed with
-    ``torch.utils.benchmark`` (which synchronizes CUDA), using this process's thread count."""
+def time_accumulated_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> float:
+    """Median seconds to run the whole batch as micro-batches (forward + backward each), timed for at least
+    0.1 s with ``torch.utils.benchmark`` (which synchronizes CUDA), using this process's thread count."""
     from torch.utils import benchmark
 
-    min_run_time = checks.positive(min_run_time, "min_run_time", 10)
-    pairs = list(zip(micro_batches(x, micro_batch_size), micro_batches(y, micro_batch_size)))
-    steps = len(pairs)
-
-    def one_batch() -> None:
-        model.zero_grad(set_to_none=True)
-        for xb, yb in pairs:
-            (loss_fn(model(xb), yb) / steps).backward()
-
+    one_batch = partial(_backward_micro_batches, model, x, y, micro_batch_size)
     one_batch()  # warm-up
     timer = benchmark.Timer(stmt="one_batch()", globals={"one_batch": one_batch}, num_threads=torch.get_num_threads())
-    seconds = timer.blocked_autorange(min_run_time=min_run_time).median
+    seconds = timer.blocked_autorange(min_run_time=0.1).median
     model.zero_grad(set_to_none=True)
     return float(seconds)
 
@@ -387,33 +317,26 @@ class MicroBatchRow:
 
 
 def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: int = 64,
-                        model: nn.Module | None = None, device: torch.device | str | None = None,
-                        min_run_time: float = 0.1, cpu_num_threads: int | None = 1) -> list[MicroBatchRow]:
+                        device: torch.device | str | None = None) -> list[MicroBatchRow]:
     """Run one batch of ``batch_size`` at every micro-batch size: gradient check, activation memory, time.
 
-    Uses ``make_mlp(**SWEEP_MLP)`` and :func:`regression_batch` unless a model is given (its input must take
-    256 features). ``device`` defaults to the GPU when there is one. On a CPU the sweep runs on
-    ``cpu_num_threads`` threads (default 1, for steady timings on a shared machine; None keeps
-    PyTorch's setting).
+    Uses ``make_mlp(**SWEEP_MLP)`` and :func:`regression_batch`. ``device`` defaults to the GPU when there
+    is one. On a CPU the sweep runs on one thread, for steady timings on a shared machine. The sizes are
+    checked here, once, for the helpers it calls.
     """
-    from course_utils.hardware import pick_device
-
-    if not sizes:
-        raise ValueError("sizes must name at least one micro-batch size")
-    if len(sizes) > 16:
-        raise ValueError(f"sizes must name at most 16 micro-batch sizes, got {len(sizes)}")
+    checks.integer(len(sizes), "len(sizes)", 1, 16)
     for size in sizes:
         accumulation_steps_for(batch_size, size)
-    dev = torch.device(device) if device is not None else pick_device()
-    model = (model if model is not None else make_mlp(**SWEEP_MLP)).to(dev)
+    dev = hardware.as_device(device)
+    model = make_mlp(**SWEEP_MLP).to(dev)
     x, y = (t.to(dev) for t in regression_batch(batch_size))
     rows = []
-    with hardware.cpu_threads(cpu_num_threads if dev.type == "cpu" else None):
-        reference = full_batch_gradients(model, x, y)
+    with hardware.cpu_threads(1 if dev.type == "cpu" else None):
+        reference = accumulated_gradients(model, x, y)  # the whole batch at once
         for size in sizes:
             check = compare_gradients(reference, accumulated_gradients(model, x, y, size))
             mem, what = activation_memory(model, x, y, size)
-            seconds = time_accumulated_batch(model, x, y, size, min_run_time=min_run_time)
+            seconds = time_accumulated_batch(model, x, y, size)
             rows.append(MicroBatchRow(size, batch_size // size, check.same, check.max_difference, mem, seconds, what))
     return rows
 
@@ -447,15 +370,12 @@ def micro_batch_summary(rows: Sequence[MicroBatchRow], micro_batch_size: int, bu
 
 def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
     """The sweep as a text table. ``measured=False`` keeps only the deterministic columns."""
+    head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13}"
+    body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
     if measured:
-        head = (f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13} {'largest diff':>12} {'activations':>11} "
-                f"{'time (ms)':>9}")
-        body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13} "
-                f"{r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}"
-                for r in rows]
-    else:
-        head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13}"
-        body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
+        head += f" {'largest diff':>12} {'activations':>11} {'time (ms)':>9}"
+        body = [f"{line} {r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}"
+                for line, r in zip(body, rows)]
     return "\n".join([head, *body])
 
 
@@ -464,40 +384,43 @@ def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
 # --------------------------------------------------------------------------------------------
 #: Label value for padding positions, as PyTorch's cross_entropy and Hugging Face models expect.
 IGNORE_INDEX = -100
+#: Tokens of the padding demo's vocabulary (token 0 is the padding).
+_VOCAB_SIZE = 32
 
 
 class TinyTokenModel(nn.Module):
-    """A next-token model in miniature: an embedding and a linear head (enough to have token losses)."""
+    """A next-token model in miniature: an embedding and a linear head (enough to have token losses).
 
-    def __init__(self, vocab_size: int = 32, dim: int = 16, seed: int = 0) -> None:
+    Its 32-token vocabulary is :func:`padded_token_batch`'s, in 16 dimensions, initialised from seed 0.
+    """
+
+    def __init__(self) -> None:
         super().__init__()
-        checks.integer(vocab_size, "vocab_size", 2, 100_000)
-        checks.integer(dim, "dim", 1, 4096)
-        torch.manual_seed(seed)
-        self.embed = nn.Embedding(vocab_size, dim)
-        self.head = nn.Linear(dim, vocab_size)
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(_VOCAB_SIZE, 16)
+        self.head = nn.Linear(16, _VOCAB_SIZE)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.embed(tokens))
 
 
-def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2), vocab_size: int = 32,
-                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2)) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences of the given lengths, right-padded to the longest: ``(tokens, labels)``.
 
-    Padding positions hold token 0 and label :data:`IGNORE_INDEX`, so they add no loss.
+    Real tokens and labels are drawn (seed 0) from 1 .. 31; padding positions hold token 0 and label
+    :data:`IGNORE_INDEX`, so they add no loss.
     """
     if not lengths:
         raise ValueError("lengths must name at least one sequence length")
     for n in lengths:
         checks.integer(n, "lengths", 1, 4096)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(0)
     width = max(lengths)
     tokens = torch.zeros(len(lengths), width, dtype=torch.long)
     labels = torch.full((len(lengths), width), IGNORE_INDEX, dtype=torch.long)
     for i, n in enumerate(lengths):
-        tokens[i, :n] = torch.randint(1, vocab_size, (n,), generator=g)
-        labels[i, :n] = torch.randint(1, vocab_size, (n,), generator=g)
+        tokens[i, :n] = torch.randint(1, _VOCAB_SIZE, (n,), generator=g)
+        labels[i, :n] = torch.randint(1, _VOCAB_SIZE, (n,), generator=g)
     return tokens, labels
 
 
@@ -509,92 +432,38 @@ def token_loss_sum(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor)
     return total, int((labels != IGNORE_INDEX).sum())
 
 
-def token_gradients(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, micro_batch_size: int,
-                    normalize: str = "total_tokens") -> list[torch.Tensor]:
-    """Accumulated gradients of a padded batch split into micro-batches.
-
-    ``normalize="micro_mean"``: each micro-batch's *mean* token loss, divided by the number of
-    micro-batches (what a naive loop does; wrong when micro-batches hold different token counts).
-    ``normalize="total_tokens"``: each micro-batch's *sum* of token losses divided by the token count of
-    the whole batch (the fix; equals the big batch's mean token loss). ``micro_batch_size`` equal to
-    the batch gives the big-batch gradient.
-    """
-    checks.choice(normalize, "normalize", NORMALIZE)
-    steps = accumulation_steps_for(tokens.shape[0], micro_batch_size)
-    total_tokens = int((labels != IGNORE_INDEX).sum())
-    if total_tokens == 0:
-        raise ValueError("labels must contain at least one real token (all are IGNORE_INDEX)")
-    model.zero_grad(set_to_none=True)
-    for tb, lb in zip(tokens.split(micro_batch_size), labels.split(micro_batch_size)):
-        loss_sum, n = token_loss_sum(model, tb, lb)
-        if normalize == "micro_mean":
-            loss = (loss_sum / max(n, 1)) / steps
-        else:
-            loss = loss_sum / total_tokens
-        loss.backward()
-    grads = _grads(model)
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def tokens_per_micro_batch(labels: torch.Tensor, micro_batch_size: int) -> list[int]:
-    """How many real (non-padding) tokens each micro-batch holds."""
-    accumulation_steps_for(labels.shape[0], micro_batch_size)
-    return [int((lb != IGNORE_INDEX).sum()) for lb in labels.split(micro_batch_size)]
-
-
 # --------------------------------------------------------------------------------------------
-# Training loops
+# The data and models of the notebook's training loops
 # --------------------------------------------------------------------------------------------
-def regression_dataset(n: int = 256, in_features: int = 10, seed: int = 0,
-                       noise: float = 0.1) -> torch.utils.data.TensorDataset:
-    """A small linear-regression dataset ``(x, y)`` with a fixed random true weight and a little noise."""
+def regression_dataset(n: int = 256) -> torch.utils.data.TensorDataset:
+    """``n`` examples ``(x, y)`` of a small linear regression: 10 features, a fixed random true weight (seed 0)
+    and noise of standard deviation 0.1 (the data of :class:`TinyRegressor`)."""
     checks.integer(n, "n", 1, 1_000_000)
-    checks.integer(in_features, "in_features", 1, 4096)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, in_features, generator=g)
-    w = torch.randn(in_features, 1, generator=g)
-    y = x @ w + noise * torch.randn(n, 1, generator=g)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 10, generator=g)
+    w = torch.randn(10, 1, generator=g)
+    y = x @ w + 0.1 * torch.randn(n, 1, generator=g)
     return torch.utils.data.TensorDataset(x, y)
 
 
-def train_with_accumulation(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
-                            accumulation_steps: int, loss_fn: LossFn = _mse) -> list[float]:
-    """The accumulation loop: one optimizer step per ``accumulation_steps`` micro-batches.
+@torch.no_grad()  # parameters require grad: reading their differences as floats must not touch autograd
+def same_weights(a: nn.Module, b: nn.Module) -> bool:
+    """True when two models' parameters are equal up to rounding (``torch.allclose``, rtol 1e-5, atol 1e-6).
 
-    Returns the loss of each update, averaged over its micro-batches (the loss of the effective batch).
-    Micro-batches left over at the end (fewer than ``accumulation_steps``) are dropped, never stepped.
+    The models must have the same architecture (:func:`compare_gradients` raises ValueError otherwise).
     """
-    checks.integer(accumulation_steps, "accumulation_steps")
-    losses: list[float] = []
-    running = 0.0
-    optimizer.zero_grad(set_to_none=True)
-    for i, (x, y) in enumerate(loader):
-        loss = loss_fn(model(x), y) / accumulation_steps
-        loss.backward()
-        running += loss.item()
-        if (i + 1) % accumulation_steps == 0:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(running)
-            running = 0.0
-    optimizer.zero_grad(set_to_none=True)
-    return losses
-
-
-def same_weights(a: nn.Module, b: nn.Module, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
-    """True when two models' parameters are equal up to rounding (``torch.allclose``)."""
-    pa, pb = list(a.parameters()), list(b.parameters())
-    return len(pa) == len(pb) and all(p.shape == q.shape and torch.allclose(p, q, rtol=rtol, atol=atol)
-                                      for p, q in zip(pa, pb))
+    return compare_gradients(list(a.parameters()), list(b.parameters()), atol=1e-6).same
 
 
 class TinyRegressor(nn.Module):
-    """A small model in the shape the Hugging Face Trainer expects: ``forward(x, labels)`` -> ``{"loss", "logits"}``."""
+    """A small model in the shape the Hugging Face Trainer expects: ``forward(x, labels)`` -> ``{"loss", "logits"}``.
 
-    def __init__(self, in_features: int = 10, hidden: int = 32, seed: int = 0) -> None:
+    Its network is ``make_mlp`` 10 -> 32 ReLU -> 1 from seed 0: the same starting weights every time.
+    """
+
+    def __init__(self) -> None:
         super().__init__()
-        self.net = make_mlp(hidden, seed, in_features=in_features, out_features=1)  # 10 -> 32 ReLU -> 1
+        self.net = make_mlp(32, 0, in_features=10, out_features=1)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         out = self.net(x)
@@ -616,22 +485,3 @@ class DictDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         x, y = self.data[i]
         return {"x": x, "labels": y}
-
-
-def train_with_trainer(args, model: nn.Module, dataset: torch.utils.data.Dataset) -> list[tuple[int, float]]:
-    """Train ``model`` with a Hugging Face ``Trainer`` built from ``args``; return ``(update, loss)`` pairs.
-
-    The Trainer's own printer (which also prints run times) is removed, and the run is wrapped in
-    :func:`course_utils.quiet.quiet_libraries` (no progress bars, warnings or info logs; everything is
-    restored after), so the only output is what the caller prints. Pass ``logging_steps=1`` in ``args`` to
-    get one loss per optimizer update. ``args.max_steps`` must be 1-1000: this helper runs short demos only.
-    """
-    checks.integer(getattr(args, "max_steps", None), "args.max_steps", 1, 1000)
-    with quiet_libraries():
-        from transformers import Trainer
-        from transformers.trainer_callback import PrinterCallback
-
-        trainer = Trainer(model=model, args=args, train_dataset=dataset)
-        trainer.remove_callback(PrinterCallback)
-        trainer.train()
-    return [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h]

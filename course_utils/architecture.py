@@ -22,8 +22,10 @@ from course_utils.configs import config_name, read_config
 PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: The course's default LoRA targets: the query and value projections.
 DEFAULT_TARGETS: tuple[str, ...] = ("q_proj", "v_proj")
+#: The largest LoRA rank the counts accept.
+MAX_LORA_RANK = 65_536
 #: Architectures counted by arithmetic (others are built on the meta device).
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("llama", "mistral", "qwen2", "qwen3")
+_SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("llama", "mistral", "qwen2", "qwen3")
 
 Config = str | os.PathLike | Mapping[str, Any]
 
@@ -31,12 +33,10 @@ Config = str | os.PathLike | Mapping[str, Any]
 def normalize_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
     """LoRA target names as a tuple: accepts 'q_proj,v_proj', a list, or 'all-linear' (every projection)."""
     if isinstance(targets, str):
-        items = [t.strip() for t in targets.split(",")]
-    elif isinstance(targets, Iterable):
-        items = [str(t).strip() for t in targets]
-    else:
+        targets = targets.split(",")
+    elif not isinstance(targets, Iterable):
         raise TypeError(f"targets must be names of projections, got {type(targets).__name__}")
-    items = [t for t in items if t]
+    items = [name for name in (str(t).strip() for t in targets) if name]
     if items == ["all-linear"]:
         return PROJECTIONS
     if not items:
@@ -85,9 +85,8 @@ class Architecture:
     def param_tensors(self) -> list[tuple[str, int, bool]]:
         """Every parameter tensor as (name, numel, is a linear weight of a layer), tied head counted once."""
         out: list[tuple[str, int, bool]] = [("embed_tokens", self.vocab * self.hidden, False)]
-        bias = {"q_proj": self.qkv_bias, "k_proj": self.qkv_bias, "v_proj": self.qkv_bias,
-                "o_proj": self.o_bias, "gate_proj": self.mlp_bias, "up_proj": self.mlp_bias,
-                "down_proj": self.mlp_bias}
+        bias = {**dict.fromkeys(PROJECTIONS[:3], self.qkv_bias), "o_proj": self.o_bias,
+                **dict.fromkeys(PROJECTIONS[4:], self.mlp_bias)}
         for _ in range(self.layers):
             for name, (fan_in, fan_out) in self.projection_shapes().items():
                 out.append((name, fan_in * fan_out, True))
@@ -108,13 +107,9 @@ class Architecture:
 
     def adapter_tensors(self, rank: int, targets: str | Iterable[str]) -> list[int]:
         """Sizes of the LoRA tensors (A: rank x in, B: out x rank) for every targeted projection of every layer."""
-        rank = checks.integer(rank, "lora_rank", 1, 65_536)
+        rank = checks.integer(rank, "lora_rank", 1, MAX_LORA_RANK)
         shapes = self.projection_shapes()
-        per_layer = []
-        for t in normalize_targets(targets):
-            fan_in, fan_out = shapes[t]
-            per_layer += [rank * fan_in, fan_out * rank]
-        return per_layer * self.layers
+        return [rank * n for t in normalize_targets(targets) for n in shapes[t]] * self.layers
 
     def adapter_params(self, rank: int, targets: str | Iterable[str] = DEFAULT_TARGETS) -> int:
         """Exact number of LoRA numbers: rank x (in + out) for every targeted projection of every layer."""
@@ -123,15 +118,11 @@ class Architecture:
     @classmethod
     def from_config(cls, config: Config) -> "Architecture":
         """Read the numbers from a preset name in ``data/configs``, a ``config.json`` path, or a dict."""
-        cfg, name = read_config(config), config_name(config)
+        cfg = read_config(config, sizes=("intermediate_size",))
         model_type = cfg.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if model_type not in _SUPPORTED_MODEL_TYPES:
             raise ValueError(f"config: model_type {model_type!r} is not one the arithmetic knows "
-                             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        if not isinstance(cfg.get("intermediate_size"), int) or isinstance(cfg["intermediate_size"], bool) \
-                or cfg["intermediate_size"] <= 0:
-            raise ValueError(f"config must give intermediate_size as a positive integer "
-                             f"(got {cfg.get('intermediate_size')!r})")
+                             f"(supported: {', '.join(_SUPPORTED_MODEL_TYPES)})")
         heads = cfg["num_attention_heads"]
         return cls(model_type=model_type, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"],
                    intermediate=cfg["intermediate_size"], layers=cfg["num_hidden_layers"], heads=heads,
@@ -141,13 +132,13 @@ class Architecture:
                    qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
                    o_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
                    mlp_bias=bool(cfg.get("mlp_bias", False)), qk_norm=model_type == "qwen3",
-                   max_positions=cfg.get("max_position_embeddings"), name=name)
+                   max_positions=cfg.get("max_position_embeddings"), name=config_name(config))
 
 
 def count_parameters(config: Config) -> int:
     """Exact parameter count of a decoder from its config (tied embeddings counted once)."""
     cfg = read_config(config)
-    if cfg.get("model_type") in SUPPORTED_MODEL_TYPES:
+    if cfg.get("model_type") in _SUPPORTED_MODEL_TYPES:
         return Architecture.from_config(cfg).params
     return count_on_meta(cfg)[0]
 
@@ -155,7 +146,7 @@ def count_parameters(config: Config) -> int:
 def lora_adapter_params(config: Config, lora_rank: int = 8, targets: str | Iterable[str] = DEFAULT_TARGETS) -> int:
     """Exact number of numbers LoRA of rank ``lora_rank`` on ``targets`` trains."""
     cfg = read_config(config)
-    if cfg.get("model_type") in SUPPORTED_MODEL_TYPES:
+    if cfg.get("model_type") in _SUPPORTED_MODEL_TYPES:
         return Architecture.from_config(cfg).adapter_params(lora_rank, targets)
     return int(count_on_meta(cfg, lora_rank, targets)[1] or 0)
 
@@ -164,26 +155,23 @@ def count_on_meta(config: Config, lora_rank: int | None = None,
                   targets: str | Iterable[str] = DEFAULT_TARGETS) -> tuple[int, int | None]:
     """Count parameters (and LoRA numbers, when ``lora_rank`` is given) with transformers and peft on the meta device.
 
-    Built under ``with torch.device("meta")``: every tensor has a shape and no storage, so a 70B config costs
-    no memory (accelerate's ``init_empty_weights`` unties SmolLM2's tied head and over-counts).
+    The model is :func:`course_utils.models.meta_model`'s: built on the meta device, every tensor has a shape
+    and no storage, so a 70B config costs no memory.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
+    from course_utils.models import meta_model
     from course_utils.quiet import quiet_libraries
 
-    cfg = read_config(config)
-    target_list = None if lora_rank is None else list(normalize_targets(targets))
     if lora_rank is not None:
-        checks.integer(lora_rank, "lora_rank", 1, 65_536)
-    with quiet_libraries():
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
-        total = sum(p.numel() for p in model.parameters())
-        if lora_rank is None:
-            return total, None
-        import peft
+        targets = list(normalize_targets(targets))
+        checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
+    model = meta_model(read_config(config))
+    total = sum(p.numel() for p in model.parameters())
+    if lora_rank is None:
+        return total, None
+    import peft
 
-        with torch.device("meta"):
-            lora = peft.get_peft_model(model, peft.LoraConfig(r=lora_rank, target_modules=target_list))
+    with quiet_libraries(), torch.device("meta"):
+        lora = peft.get_peft_model(model, peft.LoraConfig(r=lora_rank, target_modules=targets))
     return total, sum(p.numel() for p in lora.parameters() if p.requires_grad)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from course_utils import checks
-from course_utils.architecture import DEFAULT_TARGETS
 from course_utils.memory import METHODS
 from course_utils.step_memory import estimate_step
 from course_utils.units import GB
@@ -29,25 +28,18 @@ class Option:
     """A way to make the step fit: the changes, the new estimate, and its estimated time cost."""
 
     changes: tuple[str, ...]
-    peak_bytes: int
+    peak_gb: float
     fits: bool
     time_factor: float
     cost: str
     method_changed: bool = False
     micro_batches: int = 1
-
-    @property
-    def peak_gb(self) -> float:
-        return self.peak_bytes / GB
-
-    @property
-    def time_is_floor(self) -> bool:
-        """True when ``time_factor`` is only a lower bound: the option splits the batch into micro-batches."""
-        return self.micro_batches > 1
+    kinds: frozenset[str] = frozenset()  # the kinds of change (keys of _MOVES): what _rank compares
 
     def time_text(self) -> str:
-        """The time estimate in words: ``time x1.33``, or ``time x1.00 or more`` with accumulation."""
-        return f"time x{self.time_factor:.2f}" + (" or more" if self.time_is_floor else "")
+        """The time estimate in words: ``time x1.33``, or ``time x1.00 or more`` with accumulation (the option splits
+        the batch into micro-batches, so ``time_factor`` is only a lower bound)."""
+        return f"time x{self.time_factor:.2f}" + (" or more" if self.micro_batches > 1 else "")
 
 
 @dataclass
@@ -57,7 +49,6 @@ class Diagnosis:
     estimate: Any
     budget_gb: float
     fits: bool
-    parts: list[tuple[str, int]]
     options: list[Option] = field(default_factory=list)
 
     def text(self, limit: int = 4) -> str:
@@ -68,48 +59,38 @@ class Diagnosis:
         head = f"{est.describe()}: {est.peak_gb:.2f} GB ({where}), budget {self.budget_gb:g} GB"
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
-        big = sorted(self.parts, key=lambda p: -p[1])[:3]
+        big = sorted(est.parts(), key=lambda p: -p[1])[:3]
         lines = [f"{head}: it does not fit ({est.peak_gb - self.budget_gb:.2f} GB over)",
                  f"biggest at the peak ({_short(est.peak_moment)}): "
                  + " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)]
         fitting = [o for o in self.options if o.fits][:limit]
         if not fitting:
-            lines.append("no combination of the tricks fits: a smaller model, shorter sequences or a bigger machine")
-            return "\n".join(lines)
-        lines.append("fits with:")  # same method first, then fewest changes (see _rank)
+            return "\n".join(lines + ["no combination of the tricks fits: a smaller model, shorter sequences or a "
+                                       "bigger machine"])
         width = max(len(" + ".join(o.changes)) for o in fitting)
-        for o in fitting:
-            lines.append(f"  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
-                         f"({_short_cost(o.cost)})")
+        lines.append("fits with:")  # same method first, then fewest changes (see _rank)
+        lines += [f"  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
+                  f"({'; '.join(map(_short, o.cost.split('; ')))})" for o in fitting]
         return "\n".join(lines)
 
 
-def _short(text: str, stop: str = " (") -> str:
-    """``text`` up to ``stop``: a part's name without its explanation."""
-    return text.split(stop)[0]
+def _short(text: str) -> str:
+    """``text`` up to its first ``" ("`` or ``":"``: a part's name, or one of an option's costs, without its
+    explanation."""
+    return text.split(" (")[0].split(":")[0]
 
 
-def _short_cost(cost: str) -> str:
-    """Each of an option's costs (joined by "; ") without its explanation after a colon or in brackets."""
-    return "; ".join(_short(_short(part, ":")) for part in cost.split("; "))
-
-
-_METHOD_NAMES = {"lora": "LoRA", "lora-bf16": "LoRA on a bf16 base", "qlora": "QLoRA"}
-#: Estimated time factors of each move, from the arithmetic a step does (see :func:`what_is_my_bottleneck`).
-_COSTS = {
-    "checkpointing": "one extra forward of every layer",
-    "adamw8bit": "about the same time on a GPU (fused kernel)",
-    "accumulation": ("same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
+#: Each move: its name in an option's changes, and its estimated time cost (see :func:`what_is_my_bottleneck`).
+_MOVES = {
+    "checkpointing": ("gradient checkpointing", "one extra forward of every layer"),
+    "adamw8bit": ("8-bit AdamW", "about the same time on a GPU (fused kernel)"),
+    "accumulation": ("micro-batch {micro} x {k} accumulation steps",
+                     "same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
                      "micro-batch uses the hardware less well: measure how much slower"),
-    "lora": "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic",
-    "lora-bf16": "like LoRA; bfloat16 matmuls are faster on Ampere+",
-    "qlora": "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)",
+    "lora": ("LoRA", "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic"),
+    "lora-bf16": ("LoRA on a bf16 base", "like LoRA; bfloat16 matmuls are faster on Ampere+"),
+    "qlora": ("QLoRA", "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)"),
 }
-
-
-def _kinds(option: Option) -> frozenset[str]:
-    """The kinds of change in an option (the accumulation split counts as one kind)."""
-    return frozenset("accumulation" if c.startswith("micro-batch") else c for c in option.changes)
 
 
 def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = False,
@@ -118,23 +99,18 @@ def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = F
     checkpointing adds one forward. Full fine-tuning with checkpointing: 4/3; LoRA instead of full: 2/3.
 
     Splitting the batch into micro-batches does not change this arithmetic, so it does not enter here: for
-    accumulation this factor is a floor (see :attr:`Option.time_is_floor`).
+    accumulation this factor is a floor (see :meth:`Option.time_text`). The methods are :data:`METHODS`' (checked by
+    :func:`what_is_my_bottleneck`, the entry point).
     """
-    checks.choice(method, "method", METHODS)
-    checks.choice(new_method, "new_method", METHODS)
-    checks.flag(checkpointing, "checkpointing")
-    checks.flag(new_checkpointing, "new_checkpointing")
 
     def cost(m: str, ck: bool) -> float:
-        fwd, bwd = 1.0, 2.0 if m == "full" else 1.0
-        return fwd + bwd + (fwd if ck else 0.0)
+        return 1.0 + (2.0 if m == "full" else 1.0) + (1.0 if ck else 0.0)  # forward + backward (+ a forward again)
 
     return cost(new_method, new_checkpointing) / cost(method, checkpointing)
 
 
 def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
-                          budget_gb: float = 16.0, *, seq: int = 512, lora_rank: int = 8,
-                          targets: Sequence[str] = DEFAULT_TARGETS, optimizer: str = "adamw",
+                          budget_gb: float = 16.0, *, seq: int = 512, optimizer: str = "adamw",
                           checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
     """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
 
@@ -145,53 +121,36 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
     arithmetic of a step (:func:`arithmetic_time_factor`); with accumulation that factor is only a floor
     (same arithmetic, more and smaller steps: slower by an amount only a measurement tells). ``device`` ``"cuda"``
     compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
-    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number.)
+    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number. LoRA is :func:`estimate_step`'s:
+    rank 8 on the default targets.)
     """
     checks.positive(budget_gb, "budget_gb", 1e6)
-    common = {"seq": seq, "lora_rank": lora_rank, "targets": targets, "device": device}
-    est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing,
-                        **common)
-    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=est.peak_gb <= budget_gb, parts=est.parts())
+    checks.choice(method, "method", METHODS)
+    checks.flag(checkpointing, "checkpointing")
+    common = {"seq": seq, "device": device}  # LoRA: estimate_step's default rank and targets
+    est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing, **common)
+    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=est.peak_gb <= budget_gb)
     if diag.fits:
         return diag
-    order = list(METHODS)
-    options = []
-    for new_method, ck, opt8 in itertools.product(order[order.index(method):], sorted({checkpointing, True}),
-                                                  sorted({optimizer == "adamw8bit", True})):
-        option = _option(config, common, budget_gb, method=method, batch=batch, checkpointing=checkpointing,
-                         optimizer=optimizer, new_method=new_method, new_checkpointing=ck, eight_bit=opt8)
-        if option is not None:
-            options.append(option)
-    diag.options = _rank(options)
-    return diag
-
-
-def _option(config: Any, common: dict[str, Any], budget_gb: float, *, method: str, batch: int,
-            checkpointing: bool, optimizer: str, new_method: str, new_checkpointing: bool,
-            eight_bit: bool) -> Option | None:
-    """One combination of moves, with the fewest micro-batches that fit; None when it changes nothing."""
+    methods = list(METHODS)
     splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
-    for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
-        new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k,
-                            checkpointing=new_checkpointing, optimizer="adamw8bit" if eight_bit else "adamw",
-                            **common)
-        if new.peak_gb <= budget_gb or k == splits[-1]:
-            break
-    moves = []
-    if new_method != method:
-        moves.append((_METHOD_NAMES[new_method], _COSTS[new_method]))
-    if new_checkpointing and not checkpointing:
-        moves.append(("gradient checkpointing", _COSTS["checkpointing"]))
-    if eight_bit and optimizer != "adamw8bit":
-        moves.append(("8-bit AdamW", _COSTS["adamw8bit"]))
-    if k > 1:
-        moves.append((f"micro-batch {batch // k} x {k} accumulation steps", _COSTS["accumulation"].format(k=k)))
-    if not moves:
-        return None
-    return Option(tuple(m for m, _ in moves), new.peak_bytes, new.peak_gb <= budget_gb,
-                  arithmetic_time_factor(method, new_method, checkpointing, new_checkpointing),
-                  "; ".join(c for _, c in moves),
-                  method_changed=new_method != method, micro_batches=k)
+    for new_method, ck, eight_bit in itertools.product(methods[methods.index(method):], sorted({checkpointing, True}),
+                                                       sorted({optimizer == "adamw8bit", True})):
+        for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
+            new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k, checkpointing=ck,
+                                optimizer="adamw8bit" if eight_bit else "adamw", **common)
+            if new.peak_gb <= budget_gb:
+                break
+        wanted = {new_method: new_method != method, "checkpointing": ck and not checkpointing,
+                  "adamw8bit": eight_bit and optimizer != "adamw8bit", "accumulation": k > 1}
+        kinds = [kind for kind, on in wanted.items() if on]
+        if kinds:  # a combination that changes nothing is the step itself
+            names, costs = zip(*([text.format(micro=batch // k, k=k) for text in _MOVES[kind]] for kind in kinds))
+            diag.options.append(Option(names, new.peak_gb, new.peak_gb <= budget_gb,
+                                       arithmetic_time_factor(method, new_method, checkpointing, ck), "; ".join(costs),
+                                       method_changed=new_method != method, micro_batches=k, kinds=frozenset(kinds)))
+    diag.options = _rank(diag.options)
+    return diag
 
 
 def _rank(options: list[Option]) -> list[Option]:
@@ -199,6 +158,6 @@ def _rank(options: list[Option]) -> list[Option]:
     then fewest changes, fewest micro-batches, least time. Options that only add tricks to a simpler fitting
     one are dropped."""
     options = sorted(options, key=lambda o: (not o.fits, o.method_changed, len(o.changes), o.micro_batches,
-                                             o.time_factor, o.peak_bytes))
-    fitting_sets = [_kinds(o) for o in options if o.fits]
-    return [o for o in options if not any(f < _kinds(o) for f in fitting_sets)]
+                                             o.time_factor, o.peak_gb))
+    fitting_sets = [o.kinds for o in options if o.fits]
+    return [o for o in options if not any(f < o.kinds for f in fitting_sets)]

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Callable
 
 #: The cache folder when ``COURSE_UTILS_CACHE`` is not set (never inside the repo).
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
+_DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course_utils"
 
 
 def cache_dir() -> Path:
     """The course's cache folder: ``$COURSE_UTILS_CACHE``, else ``~/.cache/course_utils``."""
-    return Path(os.environ.get("COURSE_UTILS_CACHE", "") or DEFAULT_CACHE)
+    return Path(os.environ.get("COURSE_UTILS_CACHE", "") or _DEFAULT_CACHE)
 
 
 def fallback_dir() -> Path:

@@ -54,9 +54,7 @@ def choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
 def _range_text(low: float | None, high: float | None, low_open: bool = False) -> str:
     if low is not None and high is not None and not low_open:
         return f"between {low:g} and {high:g}"
-    parts = []
-    if low is not None:
-        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    parts = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
     if high is not None:
         parts.append(f"<= {high:g}")
     return " and ".join(parts)

@@ -15,18 +15,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 #: Sizes every decoder config must give as positive integers for the course's counts to work.
-REQUIRED_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+_REQUIRED_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
 def config_presets() -> dict[str, Path]:
     """The architecture configs shipped in ``data/configs``, by name (e.g. 'smollm2-135m')."""
     from course_utils import data_path
 
-    try:
-        folder = data_path("configs")
-    except FileNotFoundError:
-        return {}
-    return {p.stem: p for p in sorted(folder.glob("*.json"))}
+    return {p.stem: p for p in sorted(data_path("configs").glob("*.json"))}
 
 
 def resolve_config(config: str | os.PathLike) -> Path:
@@ -37,12 +33,10 @@ def resolve_config(config: str | os.PathLike) -> Path:
     if path.is_file():
         return path
     presets = config_presets()
-    key = str(config).strip().lower()
-    key = key[:-5] if key.endswith(".json") else key
+    key = str(config).strip().lower().removesuffix(".json")
     if key in presets:
         return presets[key]
-    raise ValueError(f"config {str(config)!r} is neither a readable file nor a preset "
-                     f"({', '.join(presets) or 'none shipped'})")
+    raise ValueError(f"config {str(config)!r} is neither a readable file nor a preset ({', '.join(presets)})")
 
 
 def config_name(config: str | os.PathLike | Mapping[str, Any]) -> str:
@@ -50,16 +44,16 @@ def config_name(config: str | os.PathLike | Mapping[str, Any]) -> str:
     if isinstance(config, Mapping):
         return str(config.get("_name_or_path") or config.get("model_type") or "custom")
     if isinstance(config, (str, os.PathLike)):
-        path = Path(config)
-        return path.stem if path.suffix == ".json" else path.name
+        return Path(config).name.removesuffix(".json")
     raise TypeError(f"config must be a preset name, a path or a dict, got {type(config).__name__}")
 
 
-def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
+def read_config(config: str | os.PathLike | Mapping[str, Any], sizes: tuple[str, ...] = ()) -> dict[str, Any]:
     """An architecture config as a plain dict: from a mapping, a ``config.json`` path or a preset name.
 
     Keys starting with ``_`` are dropped. Raises ValueError naming ``config`` when the file cannot be read
-    or does not give the decoder sizes in :data:`REQUIRED_SIZES`.
+    or does not give the decoder sizes (hidden size, layers, attention heads, vocabulary, and the further
+    keys ``sizes`` names) as positive integers.
     """
     if isinstance(config, Mapping):
         raw: Any = dict(config)
@@ -72,7 +66,7 @@ def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]
     if not isinstance(raw, dict):
         raise ValueError("config must be a JSON object (a model's config.json)")
     cfg = {k: v for k, v in raw.items() if not str(k).startswith("_")}
-    for key in REQUIRED_SIZES:
+    for key in (*_REQUIRED_SIZES, *sizes):
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"config must give {key} as a positive integer (got {value!r})")
@@ -80,7 +74,7 @@ def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]
 
 
 #: A Hub model id: ``ORG/NAME`` (letters, digits, ``-``, ``_``, ``.``).
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -92,7 +86,7 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """
     from course_utils.hub import hub_address, hub_offline_env, hub_reachable
 
-    if not isinstance(repo_id, str) or not HUB_ID.match(repo_id.strip()):
+    if not isinstance(repo_id, str) or not _HUB_ID.match(repo_id.strip()):
         raise ValueError(f"{repo_id!r} is not a Hub model id of the form ORG/NAME (e.g. HuggingFaceTB/SmolLM2-135M)")
     repo_id = repo_id.strip()
     instead = (f"use a shipped preset ({', '.join(config_presets())}) or --config PATH to a config.json you have")
@@ -102,25 +96,21 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
         host, port = hub_address()
         raise ValueError(f"the Hub ({host}:{port}) did not answer within 3 s (offline?); {instead}")
     endpoint = (os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co").rstrip("/")
-    request = urllib.request.Request(f"{endpoint}/{repo_id}/resolve/main/config.json",
-                                     headers={"User-Agent": "course-utils"})
     token = os.environ.get("HF_TOKEN", "").strip()
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
+    headers = {"User-Agent": "course-utils", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(f"{endpoint}/{repo_id}/resolve/main/config.json", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-            raw = answer.read(5_000_000)
-    except urllib.error.HTTPError as err:
-        why = {401: "is gated or private (accept its licence on the Hub and set HF_TOKEN)",
-               403: "is gated or private (accept its licence on the Hub and set HF_TOKEN)",
-               404: "is not on the Hub, or has no config.json"}.get(err.code, f"could not be read (HTTP {err.code})")
+            cfg = json.loads(answer.read(5_000_000).decode("utf-8"))
+    except urllib.error.HTTPError as err:  # before URLError and OSError: it is both
+        gated = "is gated or private (accept its licence on the Hub and set HF_TOKEN)"
+        why = {401: gated, 403: gated, 404: "is not on the Hub, or has no config.json"}.get(
+            err.code, f"could not be read (HTTP {err.code})")
         raise ValueError(f"{repo_id} {why}; {instead}") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise ValueError(f"the Hub ({endpoint}) is not reachable ({reason}); {instead}") from None
-    try:
-        cfg = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except ValueError:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
         raise ValueError(f"{repo_id}'s config.json is not JSON; {instead}") from None
     if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language part
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}

@@ -76,48 +76,30 @@ DATASHEETS: dict[str, Datasheet] = {
     "RTX-4090": Datasheet("NVIDIA GeForce RTX 4090", 82.6, 165.2, 24.0),
 }
 
-#: How a CUDA device name maps to a key above: every token of the pattern must appear in the name, first
-#: match wins, so variants come before the plain model. An A10G (AWS) has no NVIDIA datasheet of its own:
-#: it is matched to the A10's, and the name says so.
-_NAME_PATTERNS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("H100", "NVL"), "H100-NVL"), (("H100", "PCIE"), "H100-PCIe"), (("H100",), "H100"),
-    (("H200", "NVL"), "H200-NVL"), (("H200",), "H200"),
-    (("A100", "40GB"), "A100-40GB"), (("A100",), "A100"),
-    (("V100", "PCIE"), "V100-PCIe"), (("V100",), "V100"),
-    (("P100",), "P100"), (("T4",), "T4"), (("L4",), "L4"), (("L40S",), "L40S"),
-    (("A10",), "A10"), (("A10G",), "A10"),
-    (("RTX", "3080"), "RTX-3080"), (("RTX", "3090"), "RTX-3090"),
-    (("RTX", "4080"), "RTX-4080"), (("RTX", "4090"), "RTX-4090"),
-)
-
 
 def datasheet_key(name: str) -> str | None:
     """The :data:`DATASHEETS` key for a CUDA device name such as 'Tesla T4' or 'NVIDIA H100 PCIe', or None.
 
     Names are split into tokens, so 'L4' matches 'NVIDIA L4' but not 'NVIDIA L40S', and 'RTX 3090' does
-    not match 'RTX 3090 Ti' (a different card: None).
+    not match 'RTX 3090 Ti' (a different card: None). A key matches when every part of it ('H100-PCIe':
+    H100 and PCIe) is a token of the name; the most specific match wins, so 'NVIDIA H100 PCIe' is the
+    H100-PCIe and 'NVIDIA H100 80GB HBM3' the H100. An A10G (AWS) has no NVIDIA datasheet of its own: it is
+    matched to the A10's.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
-    tokens = set(name.upper().replace("-", " ").replace("_", " ").split())
+    tokens = {"A10" if t == "A10G" else t for t in name.upper().replace("-", " ").replace("_", " ").split()}
     if "TI" in tokens or "SUPER" in tokens:
         return None  # Ti/SUPER cards have their own figures, not listed here
-    for pattern, key in _NAME_PATTERNS:
-        if all(part in tokens for part in pattern):
-            return key
-    return None
+    matches = [key for key in DATASHEETS if set(key.upper().split("-")) <= tokens]
+    return max(matches, key=lambda key: key.count("-"), default=None)
 
 
 def lookup(name: str) -> Datasheet:
     """The datasheet for a short key or a device name ('T4', 'a100-40gb', 'NVIDIA L4').
 
     ValueError naming the known keys for a GPU that is not in the table."""
-    if not isinstance(name, str):
-        raise TypeError(f"gpu must be a name such as 'T4', got {type(name).__name__}")
-    for key in DATASHEETS:
-        if key.upper() == name.strip().upper():
-            return DATASHEETS[key]
-    key = datasheet_key(name)
+    key = datasheet_key(name)  # a short key is a device name whose tokens are the key's parts
     if key is None:
         raise ValueError(f"gpu {name!r} is not in the datasheet table (known: {', '.join(DATASHEETS)})")
     return DATASHEETS[key]

@@ -33,34 +33,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from course_utils import checks
-from course_utils.accumulation import accumulation_steps_for, compare_gradients
-from course_utils.digits import make_mlp
+from course_utils import checks, hardware
+from course_utils.accumulation import TinyRegressor, accumulated_gradients, compare_gradients, regression_batch
 
-#: Process-group backends: gloo runs on CPUs, nccl on NVIDIA GPUs (one GPU per process).
-BACKENDS = ("gloo", "nccl")
 #: Most processes a CPU check may start (each one is a full Python + torch).
-MAX_CPU_PROCESSES = 8
-
-
-def make_model(seed: int = 0) -> nn.Sequential:
-    """The small MLP every rank builds, 10 -> 32 GELU -> 1 (same seed, so the same starting weights everywhere)."""
-    return make_mlp(32, seed, in_features=10, out_features=1, activation="gelu")
-
-
-def global_batch(batch_size: int = 64, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole batch ``(x, y)``; every rank draws the same one and keeps its own slice."""
-    checks.integer(batch_size, "batch_size")
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch_size, 10, generator=g), torch.randn(batch_size, 1, generator=g)
-
-
-def reference_gradients(batch_size: int = 64) -> list[torch.Tensor]:
-    """One process, one batch of ``batch_size``: the gradient DDP must reproduce."""
-    model = make_model()
-    x, y = global_batch(batch_size)
-    nn.functional.mse_loss(model(x), y).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
+_MAX_CPU_PROCESSES = 8
+#: The loopback interface gloo should use, by platform (stay on 127.0.0.1).
+_LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
 
 def accumulate_on_rank(model: nn.parallel.DistributedDataParallel, x: torch.Tensor, y: torch.Tensor,
@@ -75,10 +54,6 @@ def accumulate_on_rank(model: nn.parallel.DistributedDataParallel, x: torch.Tens
             loss.backward()  # the last one all-reduces: gradients are averaged over the ranks
 
 
-def _loopback_interface() -> str | None:
-    return {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
-
-
 def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int,
                accumulation_steps: int, backend: str, timeout_s: float) -> None:
     """Body of one process (``torch.multiprocessing.spawn`` passes ``rank`` first).
@@ -90,15 +65,15 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    if backend == "gloo" and _loopback_interface() and "GLOO_SOCKET_IFNAME" not in os.environ:
-        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()  # stay on 127.0.0.1
+    if backend == "gloo" and sys.platform in _LOOPBACK:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _LOOPBACK[sys.platform])  # stay on 127.0.0.1
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         device = rank_device(rank, backend)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        model = make_model().to(device)
+        model = TinyRegressor().net.to(device)  # 10 -> 32 -> 1 from one seed: the same weights on every rank
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
 
         calls = [0]
@@ -108,7 +83,7 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
             return default_hooks.allreduce_hook(state, bucket)
 
         ddp.register_comm_hook(dist.group.WORLD, counting_allreduce)
-        x, y = global_batch(batch_size)
+        x, y = regression_batch(batch_size, in_features=10)  # every rank draws the same batch, keeps its slice
         xs, ys = x.chunk(world_size)[rank].to(device), y.chunk(world_size)[rank].to(device)
         result = {}
         for use_no_sync in (True, False):
@@ -130,7 +105,7 @@ def free_port() -> int:
 
 
 @dataclass(frozen=True)
-class DDPCheck:
+class _DDPCheck:
     """The outcome of :func:`run_ddp_check`."""
 
     backend: str
@@ -161,8 +136,6 @@ class DDPCheck:
 
 def rank_device(rank: int, backend: str) -> torch.device:
     """The device of process ``rank``: GPU ``rank`` with ``"nccl"`` (one GPU per process), the CPU with ``"gloo"``."""
-    checks.choice(backend, "backend", BACKENDS)
-    checks.integer(rank, "rank", 0, 63)
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
@@ -171,38 +144,29 @@ def pick_backend(world_size: int = 2) -> str:
 
     The device question goes through :func:`course_utils.hardware.pick_device`, like every lesson's.
     """
-    from course_utils.hardware import pick_device
-
     checks.integer(world_size, "world_size", 1, 64)
-    if pick_device().type == "cuda" and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
+    gpu_each = hardware.pick_device().type == "cuda" and torch.cuda.device_count() >= world_size
+    return "nccl" if gpu_each else "gloo"
 
 
 def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, backend: str, timeout_s: float) -> int:
     """Validate the arguments of :func:`run_ddp_check`; return the micro-batch size."""
-    checks.choice(backend, "backend", BACKENDS)
+    checks.choice(backend, "backend", ("gloo", "nccl"))  # gloo runs on CPUs, nccl on NVIDIA GPUs (one per process)
     checks.integer(batch_size, "batch_size", 1, 1_000_000)
-    limit = MAX_CPU_PROCESSES if backend == "gloo" else max(torch.cuda.device_count(), 1)
-    checks.integer(world_size, "world_size", 1, limit)
-    if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
-        raise ValueError(f"backend 'nccl' needs one CUDA GPU per process: world_size={world_size}, "
-                         f"GPUs={torch.cuda.device_count() if torch.cuda.is_available() else 0}; use 'gloo' on CPU")
-    if world_size > batch_size:
-        raise ValueError(f"world_size must be at most batch_size ({batch_size}): each process needs at least "
-                         f"one example, got {world_size}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and not gpus:
+        raise ValueError("backend 'nccl' needs one CUDA GPU per process and this machine has none; use 'gloo' on CPU")
+    checks.integer(world_size, "world_size", 1, _MAX_CPU_PROCESSES if backend == "gloo" else gpus)
     checks.integer(accumulation_steps, "accumulation_steps", 1, batch_size)
     if batch_size % (world_size * accumulation_steps):
         raise ValueError(f"batch_size ({batch_size}) must split evenly into world_size ({world_size}) x "
                          f"accumulation_steps ({accumulation_steps}) micro-batches")
     checks.positive(timeout_s, "timeout_s", 600)
-    micro = batch_size // (world_size * accumulation_steps)
-    accumulation_steps_for(batch_size, micro, world_size)  # the same rule the single-process helpers use
-    return micro
+    return batch_size // (world_size * accumulation_steps)
 
 
 #: Modules the fork server imports once, so the ranks it forks start without importing them again.
-FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", __name__]
+_FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", __name__]
 
 
 def start_method() -> str:
@@ -210,24 +174,18 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def wait_worker(rank: int, seconds: float) -> None:
-    """A worker that only waits: it shows (and tests) that :func:`launch` stops what overruns its limit."""
-    time.sleep(seconds)
-
-
 def launch(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
     """Run ``fn(rank, *args)`` in ``nprocs`` new processes and wait, at most ``timeout_s`` seconds.
 
     ``fn`` must be importable (defined in a module, not in a notebook). Raises TimeoutError after
     stopping the processes that overran, and RuntimeError with the worker's message if one failed.
+    :func:`run_ddp_check` has checked ``nprocs`` and ``timeout_s`` (:func:`check_ddp_args`).
     """
     import torch.multiprocessing as mp
 
-    checks.integer(nprocs, "nprocs", 1, 64)
-    checks.positive(timeout_s, "timeout_s", 600)
     method = start_method()
     if method == "forkserver":
-        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(_FORKSERVER_PRELOAD)
     deadline = time.perf_counter() + timeout_s
     context = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method=method)
     try:
@@ -244,7 +202,7 @@ def launch(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
 
 
 def run_ddp_check(world_size: int = 2, batch_size: int = 64, accumulation_steps: int = 4, backend: str = "gloo",
-                  timeout_s: float = 60.0) -> DDPCheck:
+                  timeout_s: float = 60.0) -> _DDPCheck:
     """Launch ``world_size`` DDP processes, accumulate, and compare with one process's big-batch gradient.
 
     Each process runs the update with ``no_sync()`` and, for contrast, without it; the all-reduces
@@ -259,10 +217,10 @@ def run_ddp_check(world_size: int = 2, batch_size: int = 64, accumulation_steps:
         launch(ddp_worker, args, world_size, timeout_s)
         results = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
     seconds = time.perf_counter() - start
-    reference = reference_gradients(batch_size)
+    reference = accumulated_gradients(TinyRegressor().net, *regression_batch(batch_size, in_features=10))  # one process
     synced, chatty = results[0][True], results[0][False]
     check = compare_gradients(reference, synced["grads"])
     agree = all(compare_gradients(synced["grads"], r[True]["grads"], rtol=0, atol=0).same for r in results[1:])
-    return DDPCheck(backend, world_size, micro, accumulation_steps, batch_size, check.same, agree,
-                    check.max_difference, int(synced["allreduce_calls"]),
-                    compare_gradients(reference, chatty["grads"]).same, int(chatty["allreduce_calls"]), seconds)
+    return _DDPCheck(backend, world_size, micro, accumulation_steps, batch_size, check.same, agree,
+                     check.max_difference, int(synced["allreduce_calls"]),
+                     compare_gradients(reference, chatty["grads"]).same, int(chatty["allreduce_calls"]), seconds)

@@ -9,26 +9,22 @@ their architecture alone. :func:`llama_like_parts` does the same for a Llama-sha
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from course_utils import checks
-from course_utils.architecture import Architecture
+from course_utils.architecture import PROJECTIONS, Architecture
+from course_utils.configs import config_name
 from course_utils.models import check_load_bits, meta_model
 from course_utils.units import format_bytes
 
 #: NF4 block size used by bitsandbytes: one float32 scale ("absmax") per 64 weights.
-NF4_BLOCKSIZE = 64
-#: Double quantization (QLoRA's, ``bnb_4bit_use_double_quant=True``) stores those scales in 8 bits, in blocks of
-#: 256 scales that each keep one float32 scale of their own: 8/64 + 32/(64 x 256) = 0.127 bit per weight.
-DOUBLE_QUANT_BLOCKSIZE = 256
+_NF4_BLOCKSIZE = 64
 #: The parts of a model, in the order tables and charts show them.
-PART_NAMES = ("embedding table", "attention linears (q, k, v, o)", "MLP linears (gate, up, down)",
-              "other linears", "linear biases", "norms", "lm_head", "other parameters", "buffers")
+_PART_NAMES = ("embedding table", "attention linears (q, k, v, o)", "MLP linears (gate, up, down)",
+               "other linears", "linear biases", "norms", "lm_head", "other parameters", "buffers")
 #: The parts bitsandbytes quantizes (every nn.Linear but the output head).
 _QUANTIZED_PARTS = frozenset({"attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"})
 
@@ -45,26 +41,13 @@ class Part:
 
 def true_numel(param: torch.Tensor) -> int:
     """Number of weights a parameter stands for: a packed 4-bit ``Params4bit`` holds two per byte."""
-    state = getattr(param, "quant_state", None)
-    if state is not None and getattr(state, "shape", None) is not None:
-        return math.prod(state.shape)
-    return param.numel()
+    shape = getattr(getattr(param, "quant_state", None), "shape", None)
+    return param.numel() if shape is None else math.prod(shape)
 
 
 def count_model_parameters(model: torch.nn.Module) -> int:
     """Parameters of a model, each shared (tied) tensor counted once; 4-bit packed weights at their true size."""
     return sum(true_numel(p) for p in model.parameters())
-
-
-def _output_embedding(model: torch.nn.Module) -> torch.nn.Module | None:
-    getter = getattr(model, "get_output_embeddings", None)
-    return getter() if callable(getter) else None
-
-
-def is_tied(model: torch.nn.Module) -> bool:
-    """True when the lm_head shares its weight tensor with the input embedding table."""
-    out, inp = _output_embedding(model), getattr(model, "get_input_embeddings", lambda: None)()
-    return out is not None and inp is not None and out.weight is inp.weight
 
 
 def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
@@ -74,120 +57,46 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
     quantized one. The rules are those of transformers + bitsandbytes: every ``nn.Linear`` is quantized
     except the output head; embeddings, norms and biases stay 16-bit; a tied lm_head adds nothing.
     ``get_memory_footprint()`` counts parameters and buffers only, so quantization scales are not in
-    these bytes (see :func:`scale_bytes`).
+    these bytes (see :func:`measured_scale_bytes` and :attr:`ComputedSizes.scales4`).
     """
     check_load_bits(bits)
     quant_bytes = {16: 2.0, 8: 1.0, 4: 0.5}[bits]
-    head = _output_embedding(model)
-    seen: set[int] = set()
-    params = {n: 0 for n in PART_NAMES}
-    nbytes = {n: 0.0 for n in PART_NAMES}
-
-    def add(part: str, count: int, per: float) -> None:
-        params[part] += count
-        nbytes[part] += count * per
-
-    for mod_name, module in model.named_modules():
-        for p_name, param in module.named_parameters(recurse=False):
-            if id(param) in seen:
-                continue  # a tied tensor is stored (and counted) once
-            seen.add(id(param))
-            n = true_numel(param)
-            if isinstance(module, torch.nn.Embedding):
-                add("embedding table", n, 2)
-            elif module is head:
-                add("lm_head", n, 2)
-            elif isinstance(module, torch.nn.Linear):
-                if p_name == "bias":
-                    add("linear biases", n, 2)
-                elif ".self_attn." in f".{mod_name}." or ".attn." in f".{mod_name}.":
-                    add("attention linears (q, k, v, o)", n, quant_bytes)
-                elif ".mlp." in f".{mod_name}.":
-                    add("MLP linears (gate, up, down)", n, quant_bytes)
-                else:
-                    add("other linears", n, quant_bytes)
-            elif "norm" in type(module).__name__.lower() or "norm" in mod_name.rsplit(".", 1)[-1].lower():
-                add("norms", n, 2)
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    params = dict.fromkeys(_PART_NAMES, 0)
+    nbytes = dict.fromkeys(_PART_NAMES, 0.0)
+    for name, param in model.named_parameters():  # a tied tensor is stored (and counted) once
+        mod_name, _, p_name = name.rpartition(".")
+        module, path = model.get_submodule(mod_name), f".{mod_name}."
+        if isinstance(module, torch.nn.Embedding):
+            part = "embedding table"
+        elif module is head:
+            part = "lm_head"
+        elif isinstance(module, torch.nn.Linear):
+            if p_name == "bias":
+                part = "linear biases"
+            elif ".self_attn." in path or ".attn." in path:
+                part = "attention linears (q, k, v, o)"
             else:
-                add("other parameters", n, 2)
+                part = "MLP linears (gate, up, down)" if ".mlp." in path else "other linears"
+        elif "norm" in type(module).__name__.lower() or "norm" in mod_name.rsplit(".", 1)[-1].lower():
+            part = "norms"
+        else:
+            part = "other parameters"
+        n = true_numel(param)
+        params[part] += n
+        nbytes[part] += n * (quant_bytes if part in _QUANTIZED_PARTS else 2)
     for buf in model.buffers():
-        add("buffers", buf.numel(), buf.element_size())
-    parts = [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in _QUANTIZED_PARTS) for n in PART_NAMES]
-    if head is not None and is_tied(model):
-        parts[PART_NAMES.index("lm_head")] = Part("lm_head", 0, 0, False)
-    return parts
+        params["buffers"] += buf.numel()
+        nbytes["buffers"] += buf.numel() * buf.element_size()
+    embedding = getattr(model, "get_input_embeddings", lambda: None)()
+    if head is not None and embedding is not None and head.weight is embedding.weight:  # tied: stored once
+        params["lm_head"] = nbytes["lm_head"] = 0
+    return [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in _QUANTIZED_PARTS) for n in _PART_NAMES]
 
 
 def footprint_bytes(model: torch.nn.Module, bits: int = 16) -> int:
     """Total of :func:`footprint_parts`: ``get_memory_footprint()``'s answer for the model loaded at ``bits``."""
     return sum(p.bytes for p in footprint_parts(model, bits))
-
-
-def scale_bytes(model: torch.nn.Module, bits: int) -> int:
-    """Bytes of quantization scales that ``get_memory_footprint()`` leaves out.
-
-    4-bit NF4: one float32 absmax per block of 64 weights (0.5 bit per weight); 8-bit: one float32 per
-    output row. 16-bit: none.
-    """
-    check_load_bits(bits)
-    if bits == 16:
-        return 0
-    total = 0
-    for part in footprint_parts(model, bits):
-        if part.quantized:
-            total += part.params
-    if bits == 4:
-        return math.ceil(total / NF4_BLOCKSIZE) * 4
-    head = _output_embedding(model)
-    rows = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
-    return rows * 4
-
-
-def nf4_scale_bytes(n_weights: int, double_quant: bool = True) -> float:
-    """Bytes of NF4 scales for ``n_weights`` 4-bit weights, by the per-weight rule (no per-tensor rounding up).
-
-    Without double quantization: one float32 per 64 weights (0.5 bit a weight). With it: one byte per 64
-    weights plus one float32 per 256 of those bytes (0.127 bit a weight).
-    """
-    n = checks.integer(n_weights, "n_weights", 0)
-    checks.flag(double_quant, "double_quant")
-    if not double_quant:
-        return n / NF4_BLOCKSIZE * 4
-    return n / NF4_BLOCKSIZE + n / (NF4_BLOCKSIZE * DOUBLE_QUANT_BLOCKSIZE) * 4
-
-
-@dataclass(frozen=True)
-class FourBitSize:
-    """A model's 4-bit size against the half-byte floor: what stays 16-bit and what the NF4 scales add (bytes)."""
-
-    params: int
-    quantized: int
-    codes_bytes: float
-    scales_bytes: float
-    kept_bytes: float
-
-    @property
-    def floor_bytes(self) -> float:
-        """Every parameter at half a byte: the estimator's QLoRA rule."""
-        return self.params * 0.5
-
-    @property
-    def total_bytes(self) -> float:
-        """4-bit codes + their scales + the parts kept in 16 bits."""
-        return self.codes_bytes + self.scales_bytes + self.kept_bytes
-
-
-def four_bit_size(config: Any, double_quant: bool = True) -> FourBitSize:
-    """The 4-bit size of the architecture ``config`` by bitsandbytes' rules, computed on the meta device.
-
-    Every linear layer but the output head goes to NF4 (half a byte a weight, plus :func:`nf4_scale_bytes`);
-    the embedding table, an untied lm_head, norms and biases stay 16-bit. Buffers are left out.
-    """
-    parts = footprint_parts(meta_model(config), 16)
-    params = sum(p.params for p in parts if p.name != "buffers")
-    quantized = sum(p.params for p in parts if p.name in _QUANTIZED_PARTS)
-    return FourBitSize(params, quantized, quantized * 0.5, nf4_scale_bytes(quantized, double_quant),
-                       (params - quantized) * 2.0)
 
 
 def measured_scale_bytes(model: torch.nn.Module) -> int:
@@ -211,23 +120,23 @@ def measured_scale_bytes(model: torch.nn.Module) -> int:
 
 def breakdown_table(model: torch.nn.Module, low_bits: int = 4) -> str:
     """A text table: each part's parameters and bytes at 16 bits and at ``low_bits``, with totals."""
-    check_load_bits(low_bits)
     p16, plow = footprint_parts(model, 16), footprint_parts(model, low_bits)
     total_params = sum(p.params for p in p16 if p.name != "buffers")
     t16, tlow = sum(p.bytes for p in p16), sum(p.bytes for p in plow)
-    rows = [f"{'part':32}{'parameters':>15}{'share':>8}{'16-bit':>11}{f'{low_bits}-bit':>11}"]
+    cells = [("part", "parameters", "share", "16-bit", f"{low_bits}-bit", "")]
     for a, b in zip(p16, plow):
         if a.params == 0 and a.name != "lm_head":
             continue
         label = "lm_head (tied: shares the table)" if a.name == "lm_head" and a.params == 0 else a.name
         count = f"{a.params:,}" if a.name != "buffers" else "(not params)"
         share = f"{100 * a.params / total_params:.1f}%" if a.name != "buffers" else ""
-        mark = "" if b.quantized or low_bits == 16 else " *"
-        rows.append(f"{label:32}{count:>15}{share:>8}{format_bytes(a.bytes):>11}{format_bytes(b.bytes):>11}{mark}")
-    rows.append(f"{'total':32}{total_params:>15,}{'100%':>8}{format_bytes(t16):>11}{format_bytes(tlow):>11}")
+        cells.append((label, count, share, format_bytes(a.bytes), format_bytes(b.bytes),
+                      "" if b.quantized or low_bits == 16 else " *"))
+    cells.append(("total", f"{total_params:,}", "100%", format_bytes(t16), format_bytes(tlow), ""))
+    rows = [f"{label:32}{count:>15}{share:>8}{x16:>11}{xlow:>11}{mark}"
+            for label, count, share, x16, xlow, mark in cells]
     ratio = f"{low_bits}-bit / 16-bit = {100 * tlow / t16:.0f} %"
-    rows.append(f"* stays 16-bit when the linears go to {low_bits} bits.   {ratio}")
-    return "\n".join(rows)
+    return "\n".join([*rows, f"* stays 16-bit when the linears go to {low_bits} bits.   {ratio}"])
 
 
 @dataclass(frozen=True)
@@ -252,15 +161,19 @@ class ComputedSizes:
 
 
 def computed_sizes(config: Any, name: str | None = None) -> ComputedSizes:
-    """Sizes at 16, 8 and 4 bits of the architecture ``config`` (a config or a file in ``data/configs``)."""
-    if name is None:
-        name = Path(str(config)).stem if isinstance(config, (str, os.PathLike)) else type(config).__name__
+    """Sizes at 16, 8 and 4 bits of the architecture ``config`` (a preset in ``data/configs``, a path or a dict).
+
+    ``scales4``: the NF4 scales ``get_memory_footprint()`` leaves out, one float32 absmax per block of 64
+    quantized weights (0.5 bit per weight). ``name``: by default :func:`course_utils.configs.config_name`'s.
+    """
     model = meta_model(config)
-    parts16 = footprint_parts(model, 16)
-    params = sum(p.params for p in parts16 if p.name != "buffers")
-    emb = next(p.params for p in parts16 if p.name == "embedding table")
-    return ComputedSizes(name, params, footprint_bytes(model, 16), footprint_bytes(model, 8),
-                         footprint_bytes(model, 4), scale_bytes(model, 4), emb / params)
+    parts = {bits: footprint_parts(model, bits) for bits in (16, 8, 4)}
+    total = {bits: sum(p.bytes for p in bits_parts) for bits, bits_parts in parts.items()}
+    params = sum(p.params for p in parts[16] if p.name != "buffers")
+    emb = next(p.params for p in parts[16] if p.name == "embedding table")
+    scales4 = math.ceil(sum(p.params for p in parts[4] if p.quantized) / _NF4_BLOCKSIZE) * 4
+    return ComputedSizes(config_name(config) if name is None else name, params, total[16], total[8], total[4],
+                         scales4, emb / params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,29 +198,14 @@ LLAMA3_70B: dict[str, Any] = {
     "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
 }
 
-#: Qwen's Qwen2.5-7B (Qwen/Qwen2.5-7B), the fields of its ``config.json`` that decide its size: 28 query heads
-#: share 4 key/value heads of 128, q/k/v carry biases (qwen2), and the lm_head is a separate (untied) table.
-QWEN25_7B: dict[str, Any] = {
-    "_name_or_path": "Qwen/Qwen2.5-7B",
-    "_source": "config.json of Qwen/Qwen2.5-7B (the fields that decide its size)",
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-    "tie_word_embeddings": False, "max_position_embeddings": 131072, "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0, "hidden_act": "silu", "torch_dtype": "bfloat16",
-}
-
-#: Which parts of :func:`architecture_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
-_LLAMA_GROUPS = {"embed_tokens": "embedding table", "q_proj": "attention linears", "k_proj": "attention linears",
-                 "v_proj": "attention linears", "o_proj": "attention linears", "gate_proj": "MLP linears",
-                 "up_proj": "MLP linears", "down_proj": "MLP linears", "input_layernorm": "norms",
-                 "post_attention_layernorm": "norms", "norm": "norms", "q_norm": "norms", "k_norm": "norms",
-                 "lm_head": "lm_head"}
+#: Which parts of :func:`_architecture_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
+_LLAMA_GROUPS = {"embed_tokens": "embedding table", "lm_head": "lm_head",
+                 **dict.fromkeys(PROJECTIONS[:4], "attention linears"), **dict.fromkeys(PROJECTIONS[4:], "MLP linears"),
+                 **dict.fromkeys(("input_layernorm", "post_attention_layernorm", "norm", "q_norm", "k_norm"), "norms")}
 
 
-def architecture_parts(arch: Architecture) -> dict[str, int]:
+def _architecture_parts(arch: Architecture) -> dict[str, int]:
     """Parameter counts by part of an :class:`Architecture` (no torch): the linears are what 4 bits shrink."""
-    if not isinstance(arch, Architecture):
-        raise TypeError(f"arch must be a course_utils.architecture.Architecture, got {type(arch).__name__}")
     parts = {"embedding table": 0, "attention linears": 0, "MLP linears": 0, "linear biases": 0, "norms": 0,
              "lm_head": 0}
     for name, numel, _ in arch.param_tensors():
@@ -335,7 +233,7 @@ def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_
     arch = Architecture(model_type="llama", vocab=vocab_size, hidden=hidden_size,
                         intermediate=round(mlp_ratio * hidden_size), layers=num_layers,
                         heads=hidden_size // head_dim, kv_heads=kv_width // head_dim, head_dim=head_dim, tied=tied)
-    return architecture_parts(arch)
+    return _architecture_parts(arch)
 
 
 def _ratio_lines(parts: dict[str, int]) -> str:
@@ -352,10 +250,12 @@ def _ratio_lines(parts: dict[str, int]) -> str:
 
 
 def four_bit_ratio_report(hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True,
-                          mlp_ratio: float = 8 / 3, kv_fraction: float = 1 / 3) -> str:
-    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %."""
-    parts = llama_like_parts(hidden_size, num_layers, vocab_size, mlp_ratio=mlp_ratio, kv_fraction=kv_fraction,
-                             tied=tied)
+                          kv_fraction: float = 1 / 3) -> str:
+    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %.
+
+    The MLP is :func:`llama_like_parts`' default width (8/3 of hidden), as the demo's sliders leave it.
+    """
+    parts = llama_like_parts(hidden_size, num_layers, vocab_size, kv_fraction=kv_fraction, tied=tied)
     return (f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, "
             f"{'tied' if tied else 'untied'} lm_head\n{_ratio_lines(parts)}")
 
@@ -369,4 +269,4 @@ def config_ratio_report(config: Any, name: str | None = None) -> str:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     return (f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing "
             f"{arch.kv_heads} key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, "
-            f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(architecture_parts(arch))}")
+            f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(_architecture_parts(arch))}")

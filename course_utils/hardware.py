@@ -25,21 +25,15 @@ from course_utils.units import GB
 # --------------------------------------------------------------------------------------------
 # Device and dtype
 # --------------------------------------------------------------------------------------------
-def mps_available() -> bool:
-    """True on an Apple-silicon Mac whose torch build can use the Metal (MPS) GPU."""
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
 #: Why the lessons run on the CPU on an Apple-silicon Mac, even where the MPS GPU is available.
-MPS_REASON = ("an Apple MPS GPU is present, but the lessons run on the CPU: bitsandbytes, CUDA's memory counters "
+_MPS_REASON = ("an Apple MPS GPU is present, but the lessons run on the CPU: bitsandbytes, CUDA's memory counters "
               "and float16 loss scaling are CUDA features, and CPU results match the stored outputs")
 
 
 def pick_device() -> torch.device:
     """The device a lesson should use: the first CUDA GPU if there is one, else the CPU.
 
-    An Apple MPS GPU is deliberately *not* picked (see :data:`MPS_REASON`); :func:`hardware_summary`
+    An Apple MPS GPU is deliberately *not* picked (see ``_MPS_REASON``); :func:`hardware_summary`
     says so on such a Mac, so the choice is explicit.
     """
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -52,9 +46,7 @@ def as_device(device: torch.device | str | int | None) -> torch.device:
     """
     if device is None:
         return pick_device()
-    if isinstance(device, bool):
-        raise TypeError("device must be a torch.device, a string, a CUDA index or None, got bool")
-    if isinstance(device, int):
+    if isinstance(device, int) and not isinstance(device, bool):
         if device < 0:
             raise ValueError(f"device as an int is a CUDA index and must be >= 0, got {device}")
         return torch.device("cuda", device)
@@ -63,17 +55,9 @@ def as_device(device: torch.device | str | int | None) -> torch.device:
             return torch.device(device)
         except RuntimeError as err:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    if isinstance(device, torch.device):
-        return device
-    raise TypeError(f"device must be a torch.device, a string, a CUDA index or None, got {type(device).__name__}")
-
-
-def compute_capability(device: torch.device | str | int | None = None) -> tuple[int, int] | None:
-    """CUDA compute capability (major, minor) of ``device``, or None for a non-CUDA device."""
-    dev = as_device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_capability(dev)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, a string, a CUDA index or None, got {type(device).__name__}")
+    return device
 
 
 def bf16_native(device: torch.device | str | int | None = None) -> bool:
@@ -83,8 +67,8 @@ def bf16_native(device: torch.device | str | int | None = None) -> bool:
     answer includes emulation. A CPU gives False: bfloat16 runs there (see :func:`autocast_dtype`),
     but that is not the GPU fast path this question is about.
     """
-    cap = compute_capability(device)
-    return cap is not None and cap >= (8, 0)
+    dev = as_device(device)
+    return dev.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(dev) >= (8, 0)
 
 
 def autocast_dtype(device: torch.device | str | int | None = None) -> torch.dtype:
@@ -94,9 +78,7 @@ def autocast_dtype(device: torch.device | str | int | None = None) -> torch.dtyp
     CPU -> bfloat16 (CPU autocast supports it, and float16 matmuls are very slow on CPUs).
     """
     dev = as_device(device)
-    if dev.type == "cuda":
-        return torch.bfloat16 if bf16_native(dev) else torch.float16
-    return torch.bfloat16
+    return torch.float16 if dev.type == "cuda" and not bf16_native(dev) else torch.bfloat16
 
 
 def needs_loss_scaling(dtype: torch.dtype) -> bool:
@@ -120,9 +102,7 @@ def datasheet_for(name: str) -> Datasheet | None:
 
 def current_datasheet() -> Datasheet | None:
     """The datasheet of the CUDA GPU in use, or None (CPU, or a GPU not in :data:`DATASHEETS`)."""
-    if not torch.cuda.is_available():
-        return None
-    return datasheet_for(torch.cuda.get_device_name(0))
+    return datasheet_for(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
 
 
 def gpu_memory_gb(device: torch.device | str | int | None = None) -> float | None:
@@ -176,23 +156,18 @@ def versions() -> dict[str, str]:
 
 def hardware_summary() -> str:
     """One line describing the compute this notebook runs on and the 16-bit dtype lessons will use."""
-    dev = pick_device()
-    if dev.type == "cuda":
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
+    if pick_device().type == "cuda":
+        index = torch.cuda.current_device()
         name = torch.cuda.get_device_name(index)
         major, minor = torch.cuda.get_device_capability(index)
-        mem = gpu_memory_gb(index) or 0.0
-        if bf16_native(index):
-            precision = "native bf16: 16-bit steps use bfloat16"
-        else:
-            precision = "no native bf16 (bf16 is only emulated here): 16-bit steps use float16 + loss scaling"
+        precision = ("native bf16: 16-bit steps use bfloat16" if bf16_native(index) else
+                     "no native bf16 (bf16 is only emulated here): 16-bit steps use float16 + loss scaling")
         sheet = datasheet_for(name)
         peak = (f"datasheet {sheet.tensor16_tflops:g} TFLOP/s 16-bit" if sheet is not None
                 else "no datasheet entry, so no % of peak")
-        return f"GPU: {name}, {mem:.1f} GB, compute capability {major}.{minor}, {precision}; {peak}"
-    cores = os.cpu_count() or 1
-    where = f"{MPS_REASON}; " if mps_available() else "no CUDA GPU; "
-    return (f"CPU only: {platform.machine()}, {cores} cores, {where}"
+        return f"GPU: {name}, {gpu_memory_gb(index):.1f} GB, compute capability {major}.{minor}, {precision}; {peak}"
+    where = f"{_MPS_REASON}; " if torch.backends.mps.is_available() else "no CUDA GPU; "
+    return (f"CPU only: {platform.machine()}, {os.cpu_count() or 1} cores, {where}"
             "GPU-only steps say they were skipped; 16-bit steps use bfloat16")
 
 
@@ -205,15 +180,12 @@ def version_notes(installed: dict[str, str] | None = None) -> list[str]:
     return [note for note in notes if note is not None]
 
 
-#: The versions the setup cell's one line names (all of them: :func:`versions`).
-SETUP_LINE_PACKAGES = ("torch", "transformers", "bitsandbytes", "peft")
-
-
 def setup_report() -> str:
     """What the setup cell of every notebook prints: one line (hardware, main versions), then any version notes.
 
     A note is a line only for a library outside the supported range, so a working setup prints one line.
     """
     have = versions()
-    named = ", ".join(f"{k} {have[k]}" for k in SETUP_LINE_PACKAGES if k in have)
+    # The setup line names these versions (all of them: :func:`versions`)
+    named = ", ".join(f"{k} {have[k]}" for k in ("torch", "transformers", "bitsandbytes", "peft") if k in have)
     return "\n".join([f"Ready. {hardware_summary()}. {named}."] + version_notes(have))

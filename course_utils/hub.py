@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from course_utils import checks
@@ -26,30 +26,28 @@ LESSON_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
-def hub_offline_env(environ: dict[str, str] | None = None) -> bool:
+def hub_offline_env() -> bool:
     """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) asks for offline mode."""
-    env = os.environ if environ is None else environ
-    return any(env.get(k, "").strip().upper() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(os.environ.get(k, "").strip().upper() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def hub_address(environ: dict[str, str] | None = None) -> tuple[str, int]:
+def hub_address() -> tuple[str, int]:
     """(host, port) of the Hub this process would use: ``HF_ENDPOINT`` if set, else huggingface.co:443."""
-    env = os.environ if environ is None else environ
-    url = urlparse(env.get("HF_ENDPOINT", "").strip() or "https://huggingface.co")
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip()
+    url = urlparse(endpoint or "https://huggingface.co")
     if not url.hostname:
-        raise ValueError(f"HF_ENDPOINT must be a URL such as https://huggingface.co, got {env.get('HF_ENDPOINT')!r}")
+        raise ValueError(f"HF_ENDPOINT must be a URL such as https://huggingface.co, got {endpoint!r}")
     return url.hostname, url.port or (80 if url.scheme == "http" else 443)
 
 
-def hub_reachable(host: str | None = None, port: int | None = None, timeout_s: float = 1.5) -> bool:
-    """Can a TCP connection to the Hub be opened within ``timeout_s`` seconds (DNS lookup included)?
+def hub_reachable(timeout_s: float = 1.5) -> bool:
+    """Can a TCP connection to the Hub (:func:`hub_address`) be opened within ``timeout_s`` seconds (DNS included)?
 
     One connection attempt, no retries. The lookup runs in a worker thread so that even a hanging DNS
     resolver cannot hold the caller longer than the timeout.
     """
     timeout_s = checks.number(timeout_s, "timeout_s", 0, 10, low_open=True)
-    default_host, default_port = hub_address()
-    address = (host or default_host, port or default_port)
+    address = hub_address()
 
     answer: list[bool] = []
 
@@ -68,18 +66,16 @@ def hub_reachable(host: str | None = None, port: int | None = None, timeout_s: f
 
 def cached_on_disk(model_name: str) -> bool:
     """True when ``model_name``'s config is already in the local Hugging Face cache (usable offline)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
-        return False
-    found = try_to_load_from_cache(model_name, "config.json")
-    return isinstance(found, str)
+    from huggingface_hub import try_to_load_from_cache  # comes with transformers
+
+    return isinstance(try_to_load_from_cache(model_name, "config.json"), str)
 
 
-#: Which weights ran, per source, in the words every generated line uses.
-WEIGHTS = {"real": "the Hub original",
-           "packaged": "a packaged copy already rounded to 4 bits (Q4_1) for distribution",
-           "standin": "random weights (the stand-in: its text is noise)"}
+#: Where a model can come from: the Hub original, the packaged copy (:mod:`course_utils.packaged`), the stand-in.
+_SOURCES = ("real", "packaged", "standin")
+#: The label of every printed line, per source (the Hub original's is its name).
+_LABELS = {"standin": "[STAND-IN: SmolLM2-135M architecture, random weights]",
+           "packaged": "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"}
 
 
 @dataclass(frozen=True)
@@ -90,17 +86,15 @@ class Decision:
     reason: str
 
 
-def decide_source(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5) -> Decision:
-    """The Hub original, or offline? Decided in at most ``timeout_s`` seconds, without the Hub client's retries.
+def decide_source(timeout_s: float = 1.5) -> Decision:
+    """The Hub original of :data:`REAL_MODEL`, or offline? Decided in at most ``timeout_s`` seconds, no retries.
 
     1. ``HF_HUB_OFFLINE`` set -> the Hub original only if it is already in the local cache.
     2. Otherwise one quick TCP connection to the Hub decides: reachable -> the Hub original, on a CPU or a GPU
        alike (the device decides only how it loads, see :func:`course_utils.models.load_settings`).
     """
-    if not isinstance(model_name, str) or "/" not in model_name:
-        raise ValueError(f"model_name must be a Hub id such as {REAL_MODEL!r}, got {model_name!r}")
     if hub_offline_env():
-        if cached_on_disk(model_name):
+        if cached_on_disk(REAL_MODEL):
             return Decision("real", "HF_HUB_OFFLINE is set, and the model is already in the local cache")
         return Decision("offline", "HF_HUB_OFFLINE is set, and the Hub original is not cached here")
     if not hub_reachable(timeout_s=timeout_s):
@@ -120,12 +114,12 @@ class ModelChoice:
     name: str
     is_standin: bool
     reason: str
-    source: str = field(default="")
+    source: str = ""
 
     def __post_init__(self) -> None:
         if not self.source:
             object.__setattr__(self, "source", "standin" if self.is_standin else "real")
-        checks.choice(self.source, "source", tuple(WEIGHTS))
+        checks.choice(self.source, "source", _SOURCES)
         if self.is_standin != (self.source == "standin"):
             raise ValueError(f"is_standin={self.is_standin} contradicts source={self.source!r}")
 
@@ -135,18 +129,9 @@ class ModelChoice:
         return self.source == "real"
 
     @property
-    def weights(self) -> str:
-        """Which weights run: "the Hub original", "a packaged copy already rounded to 4 bits (Q4_1) ..." or noise."""
-        return WEIGHTS[self.source]
-
-    @property
     def label(self) -> str:
         """Prefix for every printed line, so nobody mistakes stand-in numbers or text for the real model's."""
-        if self.source == "standin":
-            return "[STAND-IN: SmolLM2-135M architecture, random weights]"
-        if self.source == "packaged":
-            return "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"
-        return f"[{self.name}]"
+        return _LABELS.get(self.source, f"[{self.name}]")
 
     def show_text(self, text: str) -> str:
         """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).

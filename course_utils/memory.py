@@ -32,17 +32,16 @@ the command line is :mod:`course_utils.cli`. This module is pure arithmetic: no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from course_utils import checks
-from course_utils.architecture import DEFAULT_TARGETS, count_parameters, lora_adapter_params
-from course_utils.configs import read_config
+from course_utils.architecture import DEFAULT_TARGETS, MAX_LORA_RANK, Config, count_parameters, lora_adapter_params
+from course_utils.configs import config_name, read_config
 from course_utils.datasheets import lookup
 from course_utils.units import GB
 
 #: Share of a memory budget the estimate may use; the rest is for activations, the framework, the system.
-USABLE_SHARE = 0.70
+_USABLE_SHARE = 0.70
 #: SmolLM2-135M's parameter count (its architecture config, counted on the meta device).
 SMOLLM2_PARAMS = 134_515_008
 #: Numbers trained by LoRA rank 8 on q_proj and v_proj of SmolLM2-135M.
@@ -54,8 +53,6 @@ ADAPTER_SHARE = SMOLLM2_ADAPTER / SMOLLM2_PARAMS
 #: The parameter counts the estimator accepts: 1,000 (a toy) to 10^14 (100 trillion, ~50x today's largest models).
 MIN_PARAMS = 1_000
 MAX_PARAMS = 10**14
-#: The largest LoRA rank the estimator accepts.
-MAX_LORA_RANK = 65_536
 #: The memory budgets the estimator accepts, in GB: 10 MB to 10 TB (a rack of GPUs).
 MIN_BUDGET_GB = 0.01
 MAX_BUDGET_GB = 10_000.0
@@ -68,16 +65,20 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw8bit")
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Method:
-    """A way to train: its key, its label, bytes per frozen base weight (None: all trained), bytes per trained number.
+    """A way to train (keyed in :data:`ALL_METHODS`): its label, bytes per frozen base weight (None: all trained),
+    bytes per trained number.
 
     A trained number costs ``trained_bytes`` of gradient and twice that of AdamW state (torch keeps both states
     in the trained tensor's dtype), plus the same again of weight when the method trains every weight.
+    For :mod:`course_utils.step_memory`: ``model_bytes`` per number of the hidden states and the weights that are
+    not quantized (2 for a 16-bit base), and ``weights``, what the weights are in its breakdown.
     """
 
-    key: str
     label: str
     base_bytes: float | None
-    trained_bytes: float = 4.0
+    trained_bytes: int = 4
+    model_bytes: int = 4
+    weights: str = "float32"
 
     @property
     def trains_all(self) -> bool:
@@ -87,15 +88,14 @@ class Method:
 
 #: The four methods of the lesson, in the table's order.
 METHODS: dict[str, Method] = {
-    "full": Method("full", "full fine-tuning (float32)", None),
-    "lora": Method("lora", "LoRA, base in float32", 4.0),
-    "lora-bf16": Method("lora-bf16", "LoRA, base in bfloat16", 2.0),
-    "qlora": Method("qlora", "QLoRA, base in 4 bits", 0.5),
+    "full": Method("full fine-tuning (float32)", None),
+    "lora": Method("LoRA, base in float32", 4.0, weights="float32 base + adapters"),
+    "lora-bf16": Method("LoRA, base in bfloat16", 2.0, model_bytes=2, weights="bfloat16 base + float32 adapters"),
+    "qlora": Method("QLoRA, base in 4 bits", 0.5, model_bytes=2,
+                    weights="NF4 base, bfloat16 embedding/norms + float32 adapters"),
 }
 #: Methods beyond the lesson's table: selectable by key, never in the table (its four rows per model stay four).
-EXTRA_METHODS: dict[str, Method] = {
-    "full-bf16": Method("full-bf16", "full fine-tuning (bfloat16)", None, 2.0),
-}
+EXTRA_METHODS: dict[str, Method] = {"full-bf16": Method("full fine-tuning (bfloat16)", None, 2, 2, "bfloat16")}
 #: Every method the estimator accepts: the table's four, then the extras.
 ALL_METHODS: dict[str, Method] = {**METHODS, **EXTRA_METHODS}
 
@@ -131,14 +131,9 @@ class Budget:
         return usable_gb(self.gb)
 
 
-def check_params(params: float, name: str = "params") -> float:
-    """A parameter count between :data:`MIN_PARAMS` and :data:`MAX_PARAMS` (ValueError naming ``name`` otherwise)."""
-    return checks.number(params, name, MIN_PARAMS, MAX_PARAMS)
-
-
-def check_budget(budget_gb: float, name: str = "budget_gb") -> float:
+def check_budget(budget_gb: float) -> float:
     """A memory budget in GB between :data:`MIN_BUDGET_GB` and :data:`MAX_BUDGET_GB`."""
-    return checks.number(budget_gb, name, MIN_BUDGET_GB, MAX_BUDGET_GB)
+    return checks.number(budget_gb, "budget_gb", MIN_BUDGET_GB, MAX_BUDGET_GB)
 
 
 #: The lesson's three budgets: the course laptop and two rentable GPUs.
@@ -148,7 +143,8 @@ BUDGETS: tuple[Budget, ...] = (Budget("laptop 16 GB", 16.0), Budget("GPU 24 GB",
 def gpu_budget(gpu: str) -> Budget:
     """The budget of a GPU by name ('T4', 'A100-40GB'): what a training process can use there, e.g. 'T4 15.33 GB'.
 
-    See :attr:`course_utils.datasheets.Datasheet.budget_gb`; :func:`fits` applies the 70 % rule on top of it.
+    See :attr:`course_utils.datasheets.Datasheet.budget_gb`; :meth:`MemoryEstimate.fits` applies the 70 % rule on
+    top of it.
     """
     gb = lookup(gpu).budget_gb
     return Budget(f"{gpu} {gb:.4g} GB", gb)
@@ -156,14 +152,7 @@ def gpu_budget(gpu: str) -> Budget:
 
 def usable_gb(budget_gb: float) -> float:
     """The memory an estimate may use on a budget of ``budget_gb`` GB (a GPU's: what a process can use): 70 % of it."""
-    budget_gb = check_budget(budget_gb)
-    return round(budget_gb * USABLE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
-
-
-def fits(estimate_gb: float, budget_gb: float) -> bool:
-    """True when an estimate uses at most 70 % of the budget (both in GB)."""
-    estimate_gb = checks.number(estimate_gb, "estimate_gb", 0)
-    return estimate_gb <= usable_gb(budget_gb) + 1e-12
+    return round(check_budget(budget_gb) * _USABLE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,15 +196,14 @@ class MemoryEstimate:
                 "AdamW states": self.optimizer_bytes / GB}
 
     def fits(self, budget_gb: float) -> bool:
-        """True when this estimate uses at most 70 % of ``budget_gb``."""
-        return fits(self.gb, budget_gb)
+        """True when this estimate uses at most 70 % of ``budget_gb`` (in GB)."""
+        return self.gb <= usable_gb(budget_gb) + 1e-12
 
 
 def assumed_adapter_params(params: float, lora_rank: int = REFERENCE_RANK) -> float:
     """The lesson's assumption: LoRA trains 460,800 / 134,515,008 of a model at rank 8, linear in the rank."""
-    params = check_params(params)
-    lora_rank = checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
-    return params * ADAPTER_SHARE * lora_rank / REFERENCE_RANK
+    params = checks.number(params, "params", MIN_PARAMS, MAX_PARAMS)
+    return params * ADAPTER_SHARE * checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK) / REFERENCE_RANK
 
 
 def estimate(params: float, method: str = "lora", *, adapter: float | None = None,
@@ -227,88 +215,66 @@ def estimate(params: float, method: str = "lora", *, adapter: float | None = Non
     exact number of LoRA numbers if you know it (see :func:`lora_adapter_params`); without it the lesson's
     0.34 % share is assumed, scaled by ``lora_rank`` / 8. Activations are not included.
     """
-    params_n = check_params(params)
+    params_n = checks.number(params, "params", MIN_PARAMS, MAX_PARAMS)
     meth = ALL_METHODS[checks.choice(method, "method", ALL_METHODS)]
-    per = meth.trained_bytes
+    assumed = adapter is None and not meth.trains_all
     if meth.trains_all:
-        return MemoryEstimate(name, method, int(params_n), params_n, per * params_n, per * params_n,
-                              2 * per * params_n)
-    assumed = adapter is None
-    trained = assumed_adapter_params(params_n, lora_rank) if assumed else checks.positive(adapter, "adapter")
-    return MemoryEstimate(name, method, int(params_n), trained, meth.base_bytes * params_n, per * trained,
-                          2 * per * trained, adapter_assumed=assumed)
+        trained, weights = params_n, meth.trained_bytes * params_n
+    else:
+        trained = assumed_adapter_params(params_n, lora_rank) if assumed else checks.positive(adapter, "adapter")
+        weights = meth.base_bytes * params_n
+    return MemoryEstimate(name, method, int(params_n), trained, weights, meth.trained_bytes * trained,
+                          2 * meth.trained_bytes * trained, adapter_assumed=assumed)
 
 
-def estimate_model(model: ModelSize, method: str, lora_rank: int = REFERENCE_RANK) -> MemoryEstimate:
-    """:func:`estimate` for a :class:`ModelSize` (its exact adapter count when it has one)."""
-    return estimate(model.params, method, adapter=model.adapter, lora_rank=lora_rank, name=model.name)
-
-
-def estimate_table(models: Sequence[ModelSize] = MODELS, methods: Iterable[str] = tuple(METHODS),
+def estimate_table(models: Sequence[ModelSize] = MODELS, methods: Sequence[str] = tuple(METHODS),
                    lora_rank: int = REFERENCE_RANK) -> list[MemoryEstimate]:
-    """One estimate per model and method, models outermost: the rows of the lesson's table."""
-    methods = list(methods)
-    return [estimate_model(m, k, lora_rank) for m in models for k in methods]
+    """One estimate per model and method, models outermost: the rows of the lesson's table.
+
+    A model's exact adapter count is used when it has one (:attr:`ModelSize.adapter`).
+    """
+    return [estimate(m.params, k, adapter=m.adapter, lora_rank=lora_rank, name=m.name) for m in models for k in methods]
 
 
-def what_fits(budget_gb: float, models: Sequence[ModelSize] = MODELS,
-              lora_rank: int = REFERENCE_RANK) -> list[MemoryEstimate]:
+def what_fits(budget_gb: float) -> list[MemoryEstimate]:
     """The rows of the lesson's table that fit ``budget_gb`` (at most 70 % of it)."""
-    budget_gb = check_budget(budget_gb)
-    return [e for e in estimate_table(models, lora_rank=lora_rank) if e.fits(budget_gb)]
+    return [e for e in estimate_table() if e.fits(budget_gb)]
 
 
 # --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
-HEADER = "ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them)."
-FOOTNOTE_FITS = "fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."
+_HEADER = "ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them)."
+_FOOTNOTE_FITS = "fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."
 #: "QLoRA needs a GPU library" is out of date: bitsandbytes 0.50 runs its 4-bit layers on x86 CPUs too. What stays
 #: true is that a CPU trains a 7B model (the reason to use QLoRA) far too slowly for a first experiment.
 FOOTNOTE_QLORA = "QLoRA: bitsandbytes 0.50 runs on x86 CPUs too, but slowly for the large models QLoRA is for."
 
 
-def budgets_from_gb(values: Iterable[float]) -> tuple[Budget, ...]:
-    """Budgets labelled by their size, e.g. ``[12, 24]`` -> '12 GB', '24 GB'."""
-    out = tuple(Budget(f"{check_budget(v, 'budget'):g} GB", float(v)) for v in values)
-    if not out:
-        raise ValueError("budgets must hold at least one size in GB")
-    return out
-
-
 def format_table(rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUDGETS, *,
-                 notes: Sequence[str] | None = None) -> str:
+                 notes: Sequence[str] = ()) -> str:
     """The estimator's table: a header line, one row per estimate with fits/no per budget, the footnotes.
 
-    ``notes`` replaces the footnotes after the 'fits =' line (default: the QLoRA note when a QLoRA row is
-    shown, and a reminder when adapter sizes were assumed for models other than SmolLM2).
+    The footnotes are the 'fits =' line, the QLoRA note when a QLoRA row is shown, then ``notes``. ``rows`` and
+    ``budgets`` hold at least one each (the command line's always do).
     """
-    if not rows:
-        raise ValueError("rows must hold at least one estimate")
-    if not budgets:
-        raise ValueError("budgets must hold at least one budget")
     name_w = max(15, max(len(r.model) for r in rows) + 3)
-    method_w = 28
     col_ws = [max(14, len(b.label) + 2) for b in budgets]
-    lines = [HEADER, f"{'model':<{name_w}}{'method':<{method_w}}{'GB':>9}"
+    lines = [_HEADER, f"{'model':<{name_w}}{'method':<28}{'GB':>9}"
              + "".join(f"{b.label:>{w}}" for b, w in zip(budgets, col_ws))]
     for r in rows:
         cells = "".join(f"{('fits' if r.fits(b.gb) else 'no'):>{w}}" for b, w in zip(budgets, col_ws))
-        lines.append(f"{r.model:<{name_w}}{r.label:<{method_w}}{r.gb:>9.2f}{cells}")
-    lines.append(FOOTNOTE_FITS)
-    if notes is None:
-        notes = [FOOTNOTE_QLORA] if any(r.method == "qlora" for r in rows) else []
-    lines.extend(notes)
-    return "\n".join(lines)
+        lines.append(f"{r.model:<{name_w}}{r.label:<28}{r.gb:>9.2f}{cells}")
+    qlora = [FOOTNOTE_QLORA] if any(r.method == "qlora" for r in rows) else []
+    return "\n".join([*lines, _FOOTNOTE_FITS, *qlora, *notes])
 
 
-def model_from_config(config: str | Path | Mapping[str, Any], lora_rank: int = REFERENCE_RANK,
+def model_from_config(config: Config, lora_rank: int = REFERENCE_RANK,
                       targets: str | Iterable[str] = DEFAULT_TARGETS, name: str | None = None) -> ModelSize:
-    """A :class:`ModelSize` with exact counts from an architecture config (see :mod:`course_utils.architecture`)."""
-    if name is None:
-        name = Path(config).stem if isinstance(config, (str, Path)) else str(config.get("model_type", "model"))
+    """A :class:`ModelSize` with exact counts from an architecture config (see :mod:`course_utils.architecture`),
+    named ``name`` or :func:`course_utils.configs.config_name`'s name of the config."""
     cfg = read_config(config)
-    return ModelSize(name, count_parameters(cfg), lora_adapter_params(cfg, lora_rank, targets))
+    return ModelSize(name or config_name(config), count_parameters(cfg), lora_adapter_params(cfg, lora_rank, targets))
 
 
 def size_name(params: int) -> str:
@@ -323,7 +289,7 @@ def size_name(params: int) -> str:
 # Measured peak vs estimate: where the memory went
 # --------------------------------------------------------------------------------------------
 #: The counted parts of a measured step, in the order :func:`account_for_peak` lists them.
-PEAK_PARTS = (("baseline_bytes", "framework baseline (Python and libraries)"),
+_PEAK_PARTS = (("baseline_bytes", "framework baseline (Python and libraries)"),
               ("weights_bytes", "weights (frozen base + adapter)"), ("grads_bytes", "gradients"),
               ("optimizer_bytes", "AdamW states"), ("saved_activations_bytes", "activations saved for backward"))
 
@@ -331,15 +297,16 @@ PEAK_PARTS = (("baseline_bytes", "framework baseline (Python and libraries)"),
 def account_for_peak(measured: Any, digits: int | None = None) -> list[tuple[str, float]]:
     """Split a measured training-step peak into named parts, in GB.
 
-    ``measured`` is a ``course_utils.measure.StepMeasurement`` (or anything with ``peak_bytes`` and the
-    attributes of :data:`PEAK_PARTS`). The last part, 'other (temporaries, allocator)', is what the counted
-    parts do not explain; it can be negative when the counted parts were not all alive at the peak.
-    With ``digits``, every counted part is rounded to that many decimals of a GB and 'other' is the rounded
-    peak minus their sum, so the printed parts add up to the printed peak exactly.
+    ``measured`` is a ``course_utils.measure.StepMeasurement`` (or anything with ``peak_bytes``,
+    ``baseline_bytes``, ``weights_bytes``, ``grads_bytes``, ``optimizer_bytes`` and ``saved_activations_bytes``).
+    The last part, 'other (temporaries, allocator)', is what the counted parts do not explain; it can be
+    negative when the counted parts were not all alive at the peak. With ``digits``, every counted part is
+    rounded to that many decimals of a GB and 'other' is the rounded peak minus their sum, so the printed
+    parts add up to the printed peak exactly.
     """
     peak = checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0) / GB
     parts = [(label, checks.number(getattr(measured, attr, None), f"measured.{attr}", 0) / GB)
-             for attr, label in PEAK_PARTS]
+             for attr, label in _PEAK_PARTS]
     if digits is not None:
         digits = checks.integer(digits, "digits", 0, 9)
         parts = [(label, round(v, digits)) for label, v in parts]

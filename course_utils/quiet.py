@@ -12,15 +12,15 @@ from contextlib import contextmanager
 from typing import Iterator
 
 #: The loggers silenced below ERROR inside the block.
-LOGGERS = ("bitsandbytes", "peft", "transformers", "accelerate", "torch._inductor", "torch._dynamo")
+_LOGGERS = ("bitsandbytes", "peft", "transformers", "accelerate", "torch._inductor", "torch._dynamo")
 
 
 @contextmanager
-def quiet_loggers(names: tuple[str, ...] = LOGGERS, level: int = logging.ERROR) -> Iterator[None]:
-    """Set the loggers ``names`` to ``level`` inside the block; restore each one's own level after."""
+def _quiet_loggers(names: tuple[str, ...] = _LOGGERS) -> Iterator[None]:
+    """Let the loggers ``names`` show errors only inside the block; restore each one's own level after."""
     before = {name: logging.getLogger(name).level for name in names}
     for name in names:
-        logging.getLogger(name).setLevel(level)
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         yield
     finally:
@@ -35,7 +35,7 @@ def import_bitsandbytes():
     ("kernels") that would download from the Hugging Face Hub. It is harmless, but it lands on stderr,
     which nbval compares, so its logger shows errors only while it imports (its level is restored after).
     """
-    with quiet_loggers(("bitsandbytes",)):
+    with _quiet_loggers(("bitsandbytes",)):
         try:
             import bitsandbytes
         except Exception:  # noqa: BLE001 - missing, or a build without a backend for this machine
@@ -50,7 +50,7 @@ def quiet_libraries() -> Iterator[None]:
     Imports transformers (and bitsandbytes, whose import logs a notice about an optional kernel package)
     the first time it runs, inside the quiet block.
     """
-    with warnings.catch_warnings(), quiet_loggers():
+    with warnings.catch_warnings(), _quiet_loggers():
         warnings.simplefilter("ignore")
         import_bitsandbytes()
         from transformers.utils import logging as hf_logging

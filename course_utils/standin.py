@@ -16,14 +16,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from course_utils import checks, data_path, packaged
-from course_utils.cache import build_once, cache_dir
+from course_utils.cache import build_once, writable_cache_dir
 from course_utils.hub import REAL_MODEL, ModelChoice, decide_source
 from course_utils.models import dtype_kwargs, transformers_config
 from course_utils.quiet import quiet_libraries
@@ -31,7 +30,9 @@ from course_utils.quiet import quiet_libraries
 #: The stand-in's architecture config, shipped in ``data/configs`` (file name).
 STANDIN_CONFIG = "smollm2-135m.json"
 #: The dtype the stand-in's random weights are *stored* in on disk (loading casts per device).
-STANDIN_STORAGE_DTYPE = torch.bfloat16
+_STORAGE_DTYPE = torch.bfloat16
+
+
 def _standin_key(config: Any, seed: int) -> str:
     import transformers
 
@@ -43,34 +44,27 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
     """Build the stand-in once (random weights from ``seed``, bfloat16, with the offline tokenizer); return its folder.
 
     ``config``: a transformers config, or a preset name, path or dict for
-    :func:`course_utils.models.transformers_config`. Saved with ``save_pretrained`` to a folder under
-    :func:`cache_dir` (outside the repository) and reused afterwards, so that the stand-in loads through
-    ``from_pretrained`` exactly like a Hub model. The build is written to a temporary folder first and renamed
-    at the end, so an interrupted build leaves no half-written model behind. The global random state is left
-    untouched.
+    :func:`course_utils.models.transformers_config`. Saved with ``save_pretrained`` to a folder under ``folder``,
+    else under :func:`course_utils.cache.writable_cache_dir` (outside the repository), and reused afterwards, so
+    that the stand-in loads through ``from_pretrained`` exactly like a Hub model. The build is written to a
+    temporary folder first and renamed at the end, so an interrupted build leaves no half-written model behind.
+    The global random state is left untouched.
     """
     from transformers import AutoModelForCausalLM
 
     checks.integer(seed, "seed", 0)
     if isinstance(config, (str, os.PathLike, Mapping)):
         config = transformers_config(config)
-    base = Path(folder) if folder is not None else cache_dir()
-    target = base / f"standin-{config.model_type}-seed{seed}-{_standin_key(config, seed)}"
+    target = writable_cache_dir(folder) / f"standin-{config.model_type}-seed{seed}-{_standin_key(config, seed)}"
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        if folder is not None:
-            raise
-        return ensure_standin(config, seed=seed, folder=Path(tempfile.gettempdir()) / "course_utils")
 
     def build(tmp: Path) -> None:
         with quiet_libraries(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             # bfloat16 on disk is a storage choice (half the bytes of float32, float32's range);
             # load_model casts to the dtype of the device that loads it (float16 on a T4).
-            model = AutoModelForCausalLM.from_config(config, **dtype_kwargs(STANDIN_STORAGE_DTYPE))
+            model = AutoModelForCausalLM.from_config(config, **dtype_kwargs(_STORAGE_DTYPE))
             model.save_pretrained(tmp)
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(data_path("standin", name), tmp / name)
@@ -82,28 +76,27 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
     return build_once(target, build, lambda done: (done / "config.json").exists())
 
 
-def choose_model(model_name: str = REAL_MODEL, *, timeout_s: float = 1.5, seed: int = 0) -> ModelChoice:
-    """The Hub original if the Hub is reachable (CPU or GPU), else the packaged copy, else the stand-in.
+def choose_model() -> ModelChoice:
+    """SmolLM2-135M-Instruct from the Hub if it is reachable (CPU or GPU), else the packaged copy, else the stand-in.
 
     Decided by :func:`course_utils.hub.decide_source`. The packaged copy is converted once by
     :func:`course_utils.packaged.convert`; the stand-in is built once by :func:`ensure_standin`. A packaged copy
     that fails to convert falls back to the stand-in, and the reason says why.
     """
-    decision = decide_source(model_name, timeout_s=timeout_s)
+    decision = decide_source()
     if decision.source == "real":
-        return ModelChoice(model_name, False, decision.reason)
-    found = packaged.availability() if model_name == REAL_MODEL else None  # the copy is of SmolLM2 only
+        return ModelChoice(REAL_MODEL, False, decision.reason)
+    found = packaged.availability()
     if found is None:
-        why = (f"{decision.reason}, and the packaged copy is not installed ({packaged.PIP_INSTALL})"
-               if model_name == REAL_MODEL else f"{decision.reason}, and no packaged copy of {model_name} exists")
-        return ModelChoice(str(ensure_standin(seed=seed)), True, why)
+        why = f"{decision.reason}, and the packaged copy is not installed ({packaged.PIP_INSTALL})"
+        return ModelChoice(str(ensure_standin()), True, why)
     reason = decision.reason + ("; the packaged copy is installed and converted" if found == "converted"
                                 else "; the packaged copy is installed: converted once now, then reused")
     try:
         return ModelChoice(str(packaged.convert()), False, reason, "packaged")
     except Exception as error:  # noqa: BLE001 - any failure to convert means: use the stand-in, and say why
         reason = f"{reason}, but its conversion failed ({type(error).__name__}: {error})"
-        return ModelChoice(str(ensure_standin(seed=seed)), True, reason)
+        return ModelChoice(str(ensure_standin()), True, reason)
 
 
 def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) -> str | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from course_utils import checks, data_path
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 TEAMS = ("billing", "technical", "account", "shipping")
 #: The instruction the model reads before every ticket (the system message of the chat template).
 INSTRUCTION = "Route the customer's support ticket to one team: billing, technical, account or shipping."
-#: The splits shipped in ``data/tickets``.
-SPLITS = ("train", "heldout")
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,10 @@ class Ticket:
     team: str
 
 
-def load_tickets(split: str = "train", path: str | Path | None = None) -> list[Ticket]:
-    """The shipped tickets of ``split`` ("train" or "heldout"), or those of a JSONL file at ``path``."""
-    checks.choice(split, "split", SPLITS)
-    file = Path(path) if path is not None else data_path("tickets", f"{split}.jsonl")
+def load_tickets(split: str = "train") -> list[Ticket]:
+    """The shipped tickets of ``split`` ("train" or "heldout"), from ``data/tickets/<split>.jsonl``."""
+    checks.choice(split, "split", ("train", "heldout"))
+    file = data_path("tickets", f"{split}.jsonl")
     tickets = []
     for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -57,8 +54,7 @@ def load_tickets(split: str = "train", path: str | Path | None = None) -> list[T
 
 
 def answer_text(team: str) -> str:
-    """The one right answer for ``team``, as strict JSON: ``{"team": "billing"}``."""
-    checks.choice(team, "team", TEAMS)
+    """The one right answer for ``team`` (one of :data:`TEAMS`), as strict JSON: ``{"team": "billing"}``."""
     return json.dumps({"team": team})
 
 
@@ -68,8 +64,6 @@ def parse_answer(text: str) -> str | None:
     Strict: the whole answer (spaces around it aside) must be one JSON object with the single key "team" and a
     string value. A valid answer may still name a team that does not exist: that is a wrong team, not bad JSON.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a string (a generated answer), got {type(text).__name__}")
     try:
         value = json.loads(text.strip())
     except ValueError:
@@ -79,19 +73,16 @@ def parse_answer(text: str) -> str | None:
     return None
 
 
-def prompt_text(tokenizer: Any, ticket: Ticket | str) -> str:
+def prompt_text(tokenizer: Any, ticket: Ticket) -> str:
     """What the model reads before it answers: the instruction, the ticket, and the assistant's turn opened.
 
     With the tokenizer's chat template where it has one (SmolLM2-135M-Instruct's), else a plain two-line layout
     (the stand-in's offline tokenizer has no template).
     """
-    text = ticket.text if isinstance(ticket, Ticket) else ticket
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("ticket must be a Ticket or a non-empty string")
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": text}]
+        messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": ticket.text}]
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return f"{INSTRUCTION}\nTicket: {text}\nAnswer: "
+    return f"{INSTRUCTION}\nTicket: {ticket.text}\nAnswer: "
 
 
 def end_of_answer(tokenizer: Any) -> str:
@@ -142,11 +133,10 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
     if isinstance(tickets, (str, Ticket)) or not tickets:
         raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
     side, pad_token = tokenizer.padding_side, tokenizer.pad_token
-    if pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    pad = tokenizer.pad_token_id
+    tokenizer.pad_token = pad_token or tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation continues each prompt at its right end
     try:
+        pad = tokenizer.pad_token_id
         inputs = tokenizer([prompt_text(tokenizer, t) for t in tickets], return_tensors="pt", padding=True,
                            add_special_tokens=False, return_token_type_ids=False)
     finally:
@@ -161,8 +151,7 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
     with quiet_libraries(), torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
                              eos_token_id=sorted(set(stops)) or None)
-    if was_training:
-        model.train()
+    model.train(was_training)
     new = out[:, inputs["input_ids"].shape[1]:]
     return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
 
@@ -174,11 +163,6 @@ class Score:
     valid: int
     right: int
     total: int
-
-    def at_least(self, what: str, count: int) -> bool:
-        """True when ``what`` ("valid" or "right") reached ``count`` tickets: a check with a margin."""
-        checks.choice(what, "what", ("valid", "right"))
-        return getattr(self, what) >= checks.integer(count, "count", 0, self.total)
 
 
 def score(answers: Sequence[str], tickets: Sequence[Ticket]) -> Score:

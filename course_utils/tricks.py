@@ -9,16 +9,30 @@ accumulation).
 * :func:`memory_efficient_training_arguments` - the lesson's ``TrainingArguments``, built for this machine,
   with every line explained and every change from the lesson's listed. Its 16-bit choice (bf16 or fp16) comes
   from :mod:`course_utils.hardware`, like every dtype and device decision in this module.
-* :data:`COMPARISON` and :func:`what_is_my_bottleneck` - the module's closing table, and a helper that names
-  what does not fit a memory budget and which trick moves it under, at what estimated cost in time.
+* :data:`COMPARISON` - the module's closing table (the helper that names what does not fit a memory budget,
+  and which trick moves it under, is :func:`course_utils.bottleneck.what_is_my_bottleneck`).
+* :func:`saved_for_backward` - what a forward pass keeps for backward, eager or compiled (it lives in
+  :mod:`course_utils.measure`, which counts a measured step's activations the same way).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from dataclasses import dataclass
+import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
+import torch
+
+from course_utils import checks, measure
+from course_utils.configs import read_config
+from course_utils.hardware import as_device
+from course_utils.measure import saved_for_backward as saved_for_backward  # notebook 05 calls it from here
+from course_utils.peak import measure_peak
+from course_utils.precision import training_arguments_kwargs
+from course_utils.quiet import import_bitsandbytes, quiet_libraries
+from course_utils.step_memory import estimate_device_for, estimate_step
 from course_utils.units import GB, format_seconds
 
 #: Seconds ``torch.compile`` gets to compile and run its first steps (on a GPU; a CPU skips it by default). The
@@ -29,36 +43,30 @@ COMPILE_TIMEOUT_S = 300.0
 # --------------------------------------------------------------------------------------------
 # The tricks and the lesson's claims
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Trick:
-    """One trick: what it changes in a step, and the lesson's claim about it (memory and time ratios vs baseline)."""
+class Trick(NamedTuple):
+    """One trick: what it changes in a step, and the lesson's claim about it."""
 
-    key: str
     label: str
     change: Mapping[str, Any]
     claim: str
-    memory_ratio: float | None = None  # claimed peak / baseline peak
-    time_ratio: tuple[float, float] | None = None  # claimed step time / baseline step time (low, high)
 
 
-TRICKS: dict[str, Trick] = {t.key: t for t in (
-    Trick("baseline", "baseline (float32)", {}, "the reference step"),
-    Trick("checkpointing", "gradient checkpointing", {"checkpointing": True},
-          "~50 % memory reduction at ~30 % speed cost", memory_ratio=0.5, time_ratio=(1.3, 1.3)),
+TRICKS: dict[str, Trick] = {
+    "baseline": Trick("baseline (float32)", {}, "the reference step"),
+    "checkpointing": Trick("gradient checkpointing", {"checkpointing": True},
+                           "~50 % memory reduction at ~30 % speed cost"),
     # The key keeps the claim's name; the dtype is the device's ("auto": bfloat16 on a CPU or Ampere+, float16
-    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure.step_precision. Labels
+    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure._step_precision. Labels
     # stay short: every table of notebook 05 prints them. The baseline trains with AdamW, like the other rows.
-    Trick("bf16", "16-bit autocast", {"autocast": "auto"},
-          "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost",
-          time_ratio=(0.5, 0.5)),
-    Trick("adamw8bit", "8-bit AdamW", {"optimizer": "adamw8bit"},
-          "8-bit Adam state; saves a lot when training big models (8 -> 2 bytes per trained number)"),
-    Trick("compile", "torch.compile", {"compile": True},
-          "1.2-1.5x speed-up on stable shapes; sometimes hurts on dynamic shapes",
-          time_ratio=(1 / 1.5, 1 / 1.2)),
-    Trick("accumulation", "accumulation (4 micro-batches)", {"accumulation": 4},
-          "big-batch gradients with small-batch memory; the cost is time"),
-)}
+    "bf16": Trick("16-bit autocast", {"autocast": "auto"},
+                  "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost"),
+    "adamw8bit": Trick("8-bit AdamW", {"optimizer": "adamw8bit"},
+                       "8-bit Adam state; saves a lot when training big models (8 -> 2 bytes per trained number)"),
+    "compile": Trick("torch.compile", {"compile": True},
+                     "1.2-1.5x speed-up on stable shapes; sometimes hurts on dynamic shapes"),
+    "accumulation": Trick("accumulation (4 micro-batches)", {"accumulation": 4},
+                          "big-batch gradients with small-batch memory; the cost is time"),
+}
 
 #: The closing table of the module: the lesson's three tricks, then this notebook's three, same columns.
 COMPARISON: tuple[tuple[str, str, str, str], ...] = (
@@ -78,15 +86,14 @@ COMPARISON: tuple[tuple[str, str, str, str], ...] = (
 
 def comparison_table() -> str:
     """:data:`COMPARISON` as a Markdown table (first three rows: the lesson's)."""
-    lines = ["| Technique | What changes? | Main benefit | Main trade-off |", "| --- | --- | --- | --- |"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in COMPARISON]
-    return "\n".join(lines)
+    rows = [("Technique", "What changes?", "Main benefit", "Main trade-off"), ("---",) * 4, *COMPARISON]
+    return "\n".join(f"| {' | '.join(row)} |" for row in rows)
 
 
 # --------------------------------------------------------------------------------------------
 # Measuring them
 # --------------------------------------------------------------------------------------------
-@dataclass
+@dataclasses.dataclass
 class TrickResult:
     """One trick measured (or skipped, with the reason)."""
 
@@ -107,24 +114,20 @@ class TrickResult:
     skipped: str | None = None
     measurement: Any = None
 
-    @property
-    def peak_gb(self) -> float | None:
-        return None if self.peak_bytes is None else self.peak_bytes / GB
+
+#: What a row copies from its measurement: the fields both have (peak, times, counted bytes, the device).
+_MEASURED = tuple(TrickResult.__dataclass_fields__.keys() & measure.StepMeasurement.__dataclass_fields__.keys())
 
 
 def trick_kwargs(key: str, base: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of :func:`~course_utils.measure.measure_training_step` for one trick."""
-    if key not in TRICKS:
-        raise ValueError(f"trick must be one of {', '.join(TRICKS)}; got {key!r}")
-    kwargs = dict(base)
-    change = dict(TRICKS[key].change)
+    checks.choice(key, "trick", TRICKS)
+    kwargs = {**base, **TRICKS[key].change}
     if key == "accumulation":  # same examples per optimizer step, in micro-batches
-        k = change["accumulation"]
-        batch = int(kwargs.get("batch", 8))
+        k, batch = kwargs["accumulation"], int(base.get("batch", 8))
         if batch % k:
             raise ValueError(f"batch must be divisible by the {k} micro-batches of the accumulation trick, got {batch}")
         kwargs["batch"] = batch // k
-    kwargs.update(change)
     return kwargs
 
 
@@ -135,8 +138,6 @@ def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: Any = None
     counter's estimate (no process baseline), anything else the CPU process's; None means
     :func:`course_utils.hardware.pick_device`, the device :func:`measure_tricks` measures on by default.
     """
-    from course_utils.step_memory import estimate_device_for, estimate_step
-
     keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
     return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=estimate_device_for(device),
                          **{k: kwargs[k] for k in keys if k in kwargs})
@@ -147,66 +148,45 @@ def estimate_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> 
     return estimate_step_for(kwargs, config, device).peak_bytes
 
 
-def measure_tricks(config: Any = "smollm2-135m", base: Mapping[str, Any] | None = None,
-                   keys: Sequence[str] = tuple(TRICKS), *, timeout_s: float = 300.0,
-                   compile_timeout_s: float = COMPILE_TIMEOUT_S, device: Any = None,
+def measure_tricks(config: Any, base: Mapping[str, Any], keys: Sequence[str] = tuple(TRICKS), *,
+                   timeout_s: float = 300.0, compile_timeout_s: float = COMPILE_TIMEOUT_S, device: Any = None,
                    compile_on_cpu: bool = False, skip_slow_bf16: bool = False) -> list[TrickResult]:
-    """Measure one training step per trick (``baseline`` first) on ``device``, next to its estimate for that
-    same device. ``device`` None means :func:`course_utils.hardware.pick_device`, decided once for the
-    estimates and the measurements. On a CPU each step runs in a fresh child process bounded by ``timeout_s``;
-    on a GPU in this process, its peak counted above the memory already allocated (see
-    :func:`course_utils.measure.measure_training_step`). A trick that fails (an out-of-memory error included) or
-    runs past its time limit (``compile_timeout_s`` for ``torch.compile``, which always gets a child process) is
-    returned with ``skipped`` set to the reason instead of stopping the others. On a CPU, ``torch.compile`` is
-    tried only with ``compile_on_cpu=True``: building the compiled C++ takes minutes on a laptop, so by default
-    its row says it was skipped, and why. With ``skip_slow_bf16=True`` the 16-bit row is skipped (and says why) on
-    a CPU without bfloat16 instructions (:func:`cpu_bf16_fast` False), where 16-bit matrix multiplies are
-    emulated, many times slower than float32: a notebook need not wait minutes for a known answer."""
-    from course_utils.hardware import as_device
-    from course_utils.measure import measure_training_step, measure_training_steps
-
-    base = dict(base or {"method": "full", "batch": 4, "seq": 128})
+    """Measure one training step per trick (``baseline`` first) on ``device``, next to its estimate for that same
+    device; ``base`` is the step every trick changes (see :func:`trick_kwargs`). ``device`` None means
+    :func:`course_utils.hardware.pick_device`, decided once for the estimates and the measurements. On a CPU each
+    step runs in a fresh child process bounded by ``timeout_s``; on a GPU in this process, its peak counted above
+    the memory already allocated (see :func:`course_utils.measure.measure_training_step`). A trick that fails (an
+    out-of-memory error included) or runs past its time limit (``compile_timeout_s`` for ``torch.compile``, which
+    always gets a child process) is returned with ``skipped`` set to the reason instead of stopping the others. On a
+    CPU, ``torch.compile`` is tried only with ``compile_on_cpu=True``: building the compiled C++ takes minutes on a
+    laptop, so by default its row says it was skipped, and why. With ``skip_slow_bf16=True`` the 16-bit row is
+    skipped (and says why) on a CPU without bfloat16 instructions (:func:`cpu_bf16_fast` False), where 16-bit matrix
+    multiplies are emulated, many times slower than float32: a notebook need not wait minutes for a known answer."""
     dev = as_device(device)  # the one device decision: estimates below are for the device measured
-    unknown = [k for k in keys if k not in TRICKS]
-    if unknown:
-        raise ValueError(f"keys: unknown trick {unknown[0]!r}; known: {', '.join(TRICKS)}")
-    rows = {key: _estimated_row(key, base, config, dev) for key in keys}
+    rows = {key: _estimated_row(key, base, config, dev) for key in keys}  # each key is checked there
     if "bf16" in rows and dev.type == "cpu" and skip_slow_bf16 and cpu_bf16_fast() is False:
-        rows["bf16"].skipped = ("skipped on this CPU: it has no bfloat16 instructions (AVX-512-BF16 or AMX), so "
-                                "16-bit matrix multiplies are emulated, many times slower than float32 "
-                                "(skip_slow_bf16=False measures it anyway)")
-    shared = [k for k in keys if k != "compile" and not rows[k].skipped]
-    if shared:  # one bounded child for all of them on a CPU, each case in a fresh fork (see measure_training_steps)
-        measured = measure_training_steps(config, [trick_kwargs(k, base) for k in shared], timeout_s=timeout_s,
-                                          device=dev)
-        for key, m in zip(shared, measured):
-            _record(rows[key], m, timeout_s)
-    if "compile" in rows:
-        row = rows["compile"]
-        if dev.type == "cpu" and not compile_on_cpu:
-            row.skipped = ("skipped on a CPU: compiling the forward and backward takes minutes here "
-                           "(compile_on_cpu=True tries it, within compile_timeout_s)")
-        else:
-            try:
-                m = measure_training_step(config, timeout_s=compile_timeout_s, device=dev,
-                                          **trick_kwargs("compile", base))
-            except (TimeoutError, RuntimeError, ImportError) as err:  # a compiler error, an OOM: a skipped row
-                m = err
-            _record(row, m, compile_timeout_s)
+        rows["bf16"].skipped = ("skipped on this CPU: it has no bfloat16 instructions (AVX-512-BF16 or AMX), so 16-bit "
+                                "matrix multiplies are emulated, many times slower than float32 (skip_slow_bf16=False "
+                                "measures it anyway)")
+    if "compile" in rows and dev.type == "cpu" and not compile_on_cpu:
+        rows["compile"].skipped = ("skipped on a CPU: compiling the forward and backward takes minutes here "
+                                   "(compile_on_cpu=True tries it, within compile_timeout_s)")
+    for compiled, limit in ((False, timeout_s), (True, compile_timeout_s)):  # compile has a time limit of its own
+        group = [k for k in keys if not rows[k].skipped and (k == "compile") == compiled]
+        if group:  # on a CPU one bounded child forks a fresh process per case (see measure_training_steps)
+            cases = [trick_kwargs(k, base) for k in group]
+            for key, m in zip(group, measure.measure_training_steps(config, cases, timeout_s=limit, device=dev)):
+                _record(rows[key], m, limit)
     return [rows[k] for k in keys]
 
 
 def _estimated_row(key: str, base: Mapping[str, Any], config: Any, dev: Any) -> TrickResult:
-    """A trick's row before measuring: its label, claim and the estimate for ``dev``."""
-    from course_utils.step_memory import estimate_device_for
-
-    trick = TRICKS[key]
+    """A trick's row before measuring: its label, claim and the estimate for ``dev`` (``key`` checked here, once)."""
+    trick = TRICKS[checks.choice(key, "keys", TRICKS)]
     row = TrickResult(key, trick.label, trick.claim, device=str(dev), estimate_device=estimate_device_for(dev))
-    try:
+    with contextlib.suppress(ValueError, TypeError):  # a combination the estimator does not model: no estimate
         est = estimate_step_for(trick_kwargs(key, base), config, dev)
-    except (ValueError, TypeError):
-        return row
-    row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
+        row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
     return row
 
 
@@ -218,13 +198,11 @@ def _record(row: TrickResult, m: Any, limit: float) -> None:
         row.skipped = f"skipped: the step failed ({str(m).strip().splitlines()[-1][:160]})"
     else:
         row.measurement = m
-        row.peak_bytes, row.step_seconds = m.peak_bytes, m.step_seconds
-        row.first_step_seconds, row.compile_seconds = m.first_step_seconds, m.compile_seconds
-        row.optimizer_bytes, row.saved_activations_bytes = m.optimizer_bytes, m.saved_activations_bytes
-        row.trained_params = m.trained_params
+        for name in _MEASURED:
+            setattr(row, name, getattr(m, name))
 
 
-def _change(memory: float, speed: float, time_word: str = "step time") -> str:
+def _change(memory: float, speed: float, time_word: str) -> str:
     """``peak -16 %, step time +25 %`` (no "-0 %")."""
     return f"peak {round(100 * (memory - 1)):+d} %, {time_word} {round(100 * (speed - 1)):+d} %"
 
@@ -236,68 +214,55 @@ _SKIPS_SHORT = (("skipped on a CPU", "skipped on a CPU: compiling takes minutes"
                 ("skipped: the step failed", "skipped: the step failed"))
 
 
-def short_verdict(row: TrickResult, baseline: TrickResult | None) -> str:
-    """A table cell: ``peak -16 %, time +25 %`` against the baseline, ``reference``, or why it was skipped."""
-    if row.key == "baseline":
-        return "reference"
-    if row.skipped:
-        return next((short for start, short in _SKIPS_SHORT if row.skipped.startswith(start)), "skipped")
-    if baseline is None or baseline.peak_bytes is None or baseline.step_seconds is None:
-        return "no baseline to compare with"
-    return _change(row.peak_bytes / baseline.peak_bytes, row.step_seconds / baseline.step_seconds, "time")
-
-
 def results_text(rows: Sequence[TrickResult]) -> str:
-    """One compact table: trick | estimate GB | peak GB | step time | against the baseline."""
-    base = next((r for r in rows if r.key == "baseline"), None)
-    width = max(len(r.label) for r in rows)
-    gb = lambda b: "-" if b is None else f"{b / GB:.2f}"  # noqa: E731 - a one-line format
+    """One compact table: trick | estimate GB | peak GB | step time | against the baseline (see
+    :func:`results_table`)."""
+    table = results_table(rows)
+    width = max(len(r["trick"]) for r in table)
     lines = [f"{'trick':<{width}}  estimate GB  peak GB  step time  vs baseline"]
-    for r in rows:
-        secs = "-" if r.step_seconds is None else format_seconds(r.step_seconds)
-        lines.append(f"{r.label:<{width}}  {gb(r.estimate_bytes):>11}  {gb(r.peak_bytes):>7}  {secs:>9}  "
-                     f"{short_verdict(r, base)}")
+    for r in table:
+        est, peak = ("-" if r[c] is None else f"{r[c]:.2f}" for c in ("estimate GB", "peak GB"))
+        lines.append(f"{r['trick']:<{width}}  {est:>11}  {peak:>7}  {r['step time'] or '-':>9}  {r['vs baseline']}")
     return "\n".join(lines)
 
 
-def verdict(row: TrickResult, baseline: TrickResult) -> str:
-    """One sentence: the claim next to what this machine measured, and why they differ when they do."""
+def verdict(row: TrickResult, baseline: TrickResult | None, short: bool = False) -> str:
+    """One sentence: the claim next to what this machine measured, and why they differ when they do. With
+    ``short``, a table cell: ``peak -16 %, time +25 %`` against the baseline, ``reference``, or why it was
+    skipped in a few words."""
     if row.key == "baseline":
         return "reference"
     if row.skipped:
-        return row.skipped
-    if baseline.peak_bytes is None or baseline.step_seconds is None:
+        cell = next((cell for start, cell in _SKIPS_SHORT if row.skipped.startswith(start)), "skipped")
+        return cell if short else row.skipped
+    if baseline is None or baseline.peak_bytes is None or baseline.step_seconds is None:
         return "no baseline to compare with"
-    memory = row.peak_bytes / baseline.peak_bytes
-    speed = row.step_seconds / baseline.step_seconds
-    said = _change(memory, speed)
-    explain = _EXPLANATIONS.get(row.key)
-    return said if explain is None else explain(row, baseline, said, memory, speed)
+    memory, speed = row.peak_bytes / baseline.peak_bytes, row.step_seconds / baseline.step_seconds
+    change = _change(memory, speed, "time" if short else "step time")
+    return change if short else change + _EXPLANATIONS[row.key](row, baseline, memory, speed)
 
 
-def _checkpointing_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+# Each explanation is the rest of a verdict's sentence, after the measured change ("peak -16 %, step time +25 %").
+def _checkpointing_verdict(row: TrickResult, baseline: TrickResult, memory: float, speed: float) -> str:
     if memory <= 0.6:
-        return said
+        return ""
     share = (baseline.saved_activations_bytes or 0) / baseline.peak_bytes
-    moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
-    baseline_part = "" if _on_gpu(row) else ", the process baseline"
-    return (f"{said}; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, "
-            f"and with checkpointing the predicted peak comes at the {moment}; checkpointing removes only the "
-            f"layers' activations (weights, gradients, optimizer states{baseline_part} and the float32 "
-            "logits path stay)")
+    process = "" if _on_gpu(row) else ", the process baseline"  # a CPU measurement counts it
+    return (f"; not -50 % here: the layers' saved activations are {100 * share:.0f} % of the baseline peak, and with "
+            f"checkpointing the predicted peak comes at the {_moment(row, baseline)}; checkpointing removes only the "
+            f"layers' activations (weights, gradients, optimizer states{process} and the float32 logits path stay)")
 
 
-def _adamw8bit_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
-    per = (row.optimizer_bytes or 0) / max(1, row.trained_params or 1)
-    base_per = (baseline.optimizer_bytes or 0) / max(1, baseline.trained_params or 1)
-    counted = f"{said}; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted)"
+def _adamw8bit_verdict(row: TrickResult, baseline: TrickResult, memory: float, speed: float) -> str:
+    base_per, per = ((r.optimizer_bytes or 0) / max(1, r.trained_params or 1) for r in (baseline, row))
+    counted = f"; optimizer states {base_per:.2f} -> {per:.2f} bytes per trained number (counted)"
     if _on_gpu(row):
         return counted + ": bitsandbytes' fused GPU kernel updates the 8-bit states in place"
     return (counted + ". On a CPU bitsandbytes unpacks each tensor's states to float32 for its update, which needs "
             "scratch memory the size of 5 float32 copies of the largest tensor; a GPU's fused kernel works in place")
 
 
-def _compile_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+def _compile_verdict(row: TrickResult, baseline: TrickResult, memory: float, speed: float) -> str:
     once = f"; compile {row.compile_seconds:.0f} s once" if row.compile_seconds is not None else ""
     ratio = 1 / speed
     where = ("on this GPU the step may already be bound by its matrix multiplies, or too small to fill the card"
@@ -305,30 +270,24 @@ def _compile_verdict(row: TrickResult, baseline: TrickResult, said: str, memory:
     why = "" if ratio >= 1.1 else (
         f"; no 1.2-1.5x here: {where}, which compiled code leaves to the same libraries (compiling fuses the "
         "small element-wise operations); noisy timings can also hide a gain")
-    return f"{said} ({ratio:.2f}x speed){once}{why}"
+    return f" ({ratio:.2f}x speed){once}{why}"
 
 
-def _on_gpu(row: TrickResult) -> bool:
-    """Whether ``row`` was measured (or would have been) on a CUDA GPU."""
-    return str(getattr(row.measurement, "device", None) or row.device or "cpu").startswith("cuda")
-
-
-def _bf16_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+def _bf16_verdict(row: TrickResult, baseline: TrickResult, memory: float, speed: float) -> str:
     dtype = getattr(row.measurement, "autocast", None) or "bfloat16"
-    on_gpu = _on_gpu(row)
-    if on_gpu and dtype == "float16":
-        where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
-    elif on_gpu:
-        where = "on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)"
-    else:
+    if not _on_gpu(row):
         where = "on a CPU, bf16 speeds up matrix multiplies only where the CPU has bfloat16 instructions"
+    elif dtype == "float16":
+        where = "float16 with loss scaling: this GPU has no native bfloat16; its fp16 tensor cores give the speed"
+    else:
+        where = "on a GPU, the 2x needs bfloat16 tensor cores (Ampere+)"
     if memory <= 0.9:
-        return f"{said} ({where}); activations are stored in {dtype}"
-    return (f"{said} ({where}). The peak did not halve: autocast keeps a {dtype} copy of every weight on the "
+        return f" ({where}); activations are stored in {dtype}"
+    return (f" ({where}). The peak did not halve: autocast keeps a {dtype} copy of every weight on the "
             "gradient's path until backward, and the loss is still computed in float32 over the vocabulary")
 
 
-def _accumulation_verdict(row: TrickResult, baseline: TrickResult, said: str, memory: float, speed: float) -> str:
+def _accumulation_verdict(row: TrickResult, baseline: TrickResult, memory: float, speed: float) -> str:
     k = TRICKS["accumulation"].change["accumulation"]
     if speed >= 1.05:
         time = (f"; slower: the same arithmetic runs as {k} smaller steps, each with its own fixed work, and "
@@ -339,13 +298,22 @@ def _accumulation_verdict(row: TrickResult, baseline: TrickResult, said: str, me
     else:
         time = f"; about the same time: the same arithmetic, as {k} smaller steps"
     if memory < 0.97:
-        return f"{said} for the same examples per optimizer step: each micro-batch saves fewer activations{time}"
-    moment = row.estimate_moment or baseline.estimate_moment or "peak moment"
-    return (f"{said} for the same examples per optimizer step. The peak did not fall: the predicted peak comes at "
-            f"the {moment}, and accumulation keeps every gradient from one micro-batch to the next{time}")
+        return f" for the same examples per optimizer step: each micro-batch saves fewer activations{time}"
+    return (" for the same examples per optimizer step. The peak did not fall: the predicted peak comes at the "
+            f"{_moment(row, baseline)}, and accumulation keeps every gradient from one micro-batch to the next{time}")
 
 
-#: Why a trick's measurement looks the way it does, by trick (the others get the bare numbers).
+def _on_gpu(row: TrickResult) -> bool:
+    """Whether ``row`` was measured (or would have been) on a CUDA GPU."""
+    return str(row.device or "cpu").startswith("cuda")
+
+
+def _moment(row: TrickResult, baseline: TrickResult) -> str:
+    """The moment of the step where the estimate puts the peak."""
+    return row.estimate_moment or baseline.estimate_moment or "peak moment"
+
+
+#: Why a trick's measurement looks the way it does, by trick (every trick but the baseline).
 _EXPLANATIONS = {"checkpointing": _checkpointing_verdict, "adamw8bit": _adamw8bit_verdict,
                  "compile": _compile_verdict, "bf16": _bf16_verdict, "accumulation": _accumulation_verdict}
 
@@ -354,38 +322,11 @@ def results_table(rows: Sequence[TrickResult]) -> list[dict[str, Any]]:
     """Rows for display: trick, claim, measured peak (GB) and step time (in s or ms: never "0.0"), estimate,
     the short verdict (``vs baseline``) and the long one (``measured``)."""
     base = next((r for r in rows if r.key == "baseline"), None)
-    table = []
-    for r in rows:
-        table.append({"trick": r.label, "claim": r.claim,
-                      "estimate GB": None if r.estimate_bytes is None else round(r.estimate_bytes / GB, 2),
-                      "peak GB": None if r.peak_bytes is None else round(r.peak_bytes / GB, 2),
-                      "step time": None if r.step_seconds is None else format_seconds(r.step_seconds),
-                      "vs baseline": short_verdict(r, base),
-                      "measured": verdict(r, base) if base else ""})
-    return table
-
-
-# --------------------------------------------------------------------------------------------
-# torch.compile up close: what a step keeps for backward
-# --------------------------------------------------------------------------------------------
-def saved_for_backward(fn: Callable[[], Any], exclude: Iterable[Any] = ()) -> tuple[Any, int]:
-    """Run ``fn()`` (a forward pass) and count the bytes autograd saves for backward meanwhile: each storage
-    once, leaving out storages shared with ``exclude`` (a model's parameters, held anyway). Works for eager and
-    ``torch.compile``'d code alike. Returns ``(fn's result, bytes)``; call backward on the result to free them."""
-    import torch
-
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    kept: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in skip:
-            kept[storage.data_ptr()] = max(kept.get(storage.data_ptr(), 0), storage.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        result = fn()
-    return result, sum(kept.values())
+    return [{"trick": r.label, "claim": r.claim,
+             "estimate GB": None if r.estimate_bytes is None else round(r.estimate_bytes / GB, 2),
+             "peak GB": None if r.peak_bytes is None else round(r.peak_bytes / GB, 2),
+             "step time": None if r.step_seconds is None else format_seconds(r.step_seconds),
+             "vs baseline": verdict(r, base, short=True), "measured": verdict(r, base) if base else ""} for r in rows]
 
 
 # --------------------------------------------------------------------------------------------
@@ -408,15 +349,6 @@ LESSON_TRAINING_ARGUMENTS: tuple[tuple[str, Any, str], ...] = (
     ("logging_steps", 50, "log the loss every 50 steps"),
     ("torch_compile", False, "compile the model with torch.compile: try True once a baseline works"),
 )
-
-
-def _training_arguments_fields() -> set[str]:
-    """The names ``transformers.TrainingArguments`` accepts in the installed version (nothing is built)."""
-    import dataclasses
-
-    from transformers import TrainingArguments
-
-    return {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
 
 
 def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = None, device: Any = None,
@@ -443,106 +375,76 @@ def training_arguments_plan(output_dir: str | Path, *, max_steps: int | None = N
 
     ``fields`` are the accepted names (default: the installed ``TrainingArguments``'s).
     """
-    from course_utils.hardware import as_device
-    from course_utils.precision import training_arguments_kwargs
+    if fields is None:  # the names the installed TrainingArguments accepts (nothing is built)
+        from transformers import TrainingArguments
 
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
-    dev = as_device(device)
-    fields = _training_arguments_fields() if fields is None else set(fields)
-    kwargs = {name: value for name, value, _ in LESSON_TRAINING_ARGUMENTS}
-    kwargs["output_dir"] = str(output_dir)
+        fields = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+    kwargs = {**{name: value for name, value, _ in LESSON_TRAINING_ARGUMENTS}, "output_dir": str(output_dir)}
     changes = []
+
+    def change(why: str, **updates: Any) -> None:
+        kwargs.update(updates)
+        changes.append(why)
+
     ratio = kwargs.pop("warmup_ratio")
-    if max_steps is not None:
-        kwargs["warmup_steps"] = math.ceil(ratio * max_steps)
-        changes.append(f"warmup_ratio={ratio} -> warmup_steps={kwargs['warmup_steps']}: 3 % of {max_steps} steps, "
-                       "rounded up; an integer count means the same in transformers 4 and 5 (5 removed "
-                       "warmup_ratio)")
+    if max_steps is not None:  # the first use of max_steps: checked here, once
+        steps = math.ceil(ratio * checks.integer(max_steps, "max_steps", 1))
+        change(f"warmup_ratio={ratio} -> warmup_steps={steps}: 3 % of {max_steps} steps, rounded up; an integer count "
+               "means the same in transformers 4 and 5 (5 removed warmup_ratio)", warmup_steps=steps)
     elif "warmup_ratio" in fields:
         kwargs["warmup_ratio"] = ratio
     else:
-        kwargs["warmup_steps"] = ratio
-        changes.append(f"warmup_ratio={ratio} -> warmup_steps={ratio}: transformers 5 removed warmup_ratio "
-                       "(a float below 1 is read as a share of the steps)")
+        change(f"warmup_ratio={ratio} -> warmup_steps={ratio}: transformers 5 removed warmup_ratio (a float below 1 "
+               "is read as a share of the steps)", warmup_steps=ratio)
     if "activation_checkpointing" in fields:
-        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
-        changes.append("gradient_checkpointing=True -> activation_checkpointing=True: the new name in "
-                       "transformers 5 (the old one still works until v6, with a FutureWarning)")
+        change("gradient_checkpointing=True -> activation_checkpointing=True: the new name in transformers 5 (the "
+               "old one still works until v6, with a FutureWarning)",
+               activation_checkpointing=kwargs.pop("gradient_checkpointing"))
     if not bitsandbytes:
-        kwargs["optim"] = "adamw_torch"
-        changes.append("optim='adamw_8bit' -> 'adamw_torch': no bitsandbytes 8-bit AdamW for this device here "
-                       "(not installed, or a version without a CPU optimizer)")
-    kwargs["report_to"] = "none"
-    changes.append("report_to='none': no experiment tracker (transformers 4 reports to every tracker it finds, "
-                   "and Colab has wandb, which would stop at a login prompt)")
-    rule = training_arguments_kwargs(dev, cpu_bf16=cpu_bf16)  # the one 16-bit rule
+        change("optim='adamw_8bit' -> 'adamw_torch': no bitsandbytes 8-bit AdamW for this device here (not "
+               "installed, or a version without a CPU optimizer)", optim="adamw_torch")
+    change("report_to='none': no experiment tracker (transformers 4 reports to every tracker it finds, and Colab "
+           "has wandb, which would stop at a login prompt)", report_to="none")
+    rule = training_arguments_kwargs(device, cpu_bf16=cpu_bf16)  # the one 16-bit rule
     if rule.get("fp16"):
-        kwargs.update(bf16=False, fp16=True)
-        changes.append("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below "
-                       "8.0, e.g. a T4); float16 autocast, with the loss scaling the Trainer adds")
+        change("bf16=True -> fp16=True: this GPU has no native bfloat16 (compute capability below 8.0, e.g. a T4); "
+               "float16 autocast, with the loss scaling the Trainer adds", bf16=False, fp16=True)
     if rule.get("use_cpu"):
-        kwargs.update(use_cpu=True, disable_tqdm=True)
-        changes.append("use_cpu=True, disable_tqdm=True: no GPU; no progress bar on stderr")
+        change("use_cpu=True, disable_tqdm=True: no GPU; no progress bar on stderr", use_cpu=True, disable_tqdm=True)
         if not rule["bf16"]:
-            kwargs["bf16"] = False
-            changes.append("bf16=True -> False: this CPU has no bfloat16 instructions (AVX-512-BF16 or AMX), so "
-                           "16-bit matrix multiplies would be emulated, many times slower than float32")
+            change("bf16=True -> False: this CPU has no bfloat16 instructions (AVX-512-BF16 or AMX), so 16-bit "
+                   "matrix multiplies would be emulated, many times slower than float32", bf16=False)
     if max_steps is not None:
-        kwargs.update(max_steps=max_steps, save_strategy="no", logging_steps=1)
-        changes.append(f"max_steps={max_steps}, save_strategy='no', logging_steps=1: a short demo run that "
-                       "writes no checkpoint and logs every step")
+        change(f"max_steps={max_steps}, save_strategy='no', logging_steps=1: a short demo run that writes no "
+               "checkpoint and logs every step", max_steps=max_steps, save_strategy="no", logging_steps=1)
     return kwargs, changes
 
 
 def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: int | None = None,
-                                        device: Any = None, cuda: bool | None = None) -> tuple[Any, list[str]]:
+                                        device: Any = None) -> tuple[Any, list[str]]:
     """The lesson's memory-efficient ``TrainingArguments`` for this machine, and the list of what was changed.
 
-    ``device`` None means :func:`course_utils.hardware.pick_device`; ``cuda`` (older spelling) True/False
-    means ``"cuda"``/``"cpu"``. Every decision is :func:`training_arguments_plan`'s: ``bf16`` on a CPU (where
-    supported) and on Ampere-or-newer GPUs, ``fp16`` on a T4; warm-up and checkpointing spelled for the installed
-    transformers; for a short demo (``max_steps`` given) no checkpoints are saved.
+    ``device`` None means :func:`course_utils.hardware.pick_device`. Every decision is
+    :func:`training_arguments_plan`'s: ``bf16`` on a CPU (where supported) and on Ampere-or-newer GPUs, ``fp16`` on
+    a T4; warm-up and checkpointing spelled for the installed transformers; for a short demo (``max_steps`` given)
+    no checkpoints are saved.
     """
-    from course_utils.quiet import quiet_libraries
-
-    if cuda is not None:
-        if not isinstance(cuda, bool):
-            raise TypeError(f"cuda must be True, False or None, got {type(cuda).__name__}")
-        if device is not None:
-            raise ValueError("give device or cuda, not both")
-        device = "cuda" if cuda else "cpu"
     with quiet_libraries():  # bitsandbytes first: transformers may import it, and its CPU notice reaches stderr
-        from course_utils.quiet import import_bitsandbytes
-
         bnb = import_bitsandbytes()
         from transformers import TrainingArguments
 
-        from course_utils.hardware import as_device
-        from course_utils.measure import adamw8bit_available
-
         dev = as_device(device)  # decided once, for the plan and the optimizer check
         # on a CUDA GPU bitsandbytes has its fused kernel; elsewhere (CPU) try one 8-bit step first
-        eight_bit = bnb is not None and (dev.type == "cuda" or adamw8bit_available(dev))
+        eight_bit = bnb is not None and (dev.type == "cuda" or measure.adamw8bit_available(dev))
+        # bfloat16 autocast on a CPU unless it would be emulated (every torch 2 supports it; unknown flags: try it)
         kwargs, changes = training_arguments_plan(output_dir, max_steps=max_steps, device=dev,
-                                                  bitsandbytes=eight_bit, cpu_bf16=_cpu_supports_bf16())
+                                                  bitsandbytes=eight_bit, cpu_bf16=cpu_bf16_fast() is not False)
         return TrainingArguments(**kwargs), changes
 
 
 def checkpointing_enabled(args: Any) -> bool:
     """Whether ``TrainingArguments`` switch activation (gradient) checkpointing on, in transformers 4 or 5."""
     return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", False))
-
-
-def _cpu_supports_bf16() -> bool:
-    """bfloat16 autocast on this CPU: supported by torch, and not emulated (see :func:`cpu_bf16_fast`)."""
-    if cpu_bf16_fast() is False:
-        return False
-    try:
-        from transformers.utils import is_torch_bf16_cpu_available
-    except ImportError:  # pragma: no cover - older transformers
-        return True
-    return bool(is_torch_bf16_cpu_available())
 
 
 #: CPU flags that give bfloat16 matrix maths in hardware: x86 AVX-512-BF16 and AMX-BF16, ARM's BF16 extension.
@@ -553,15 +455,11 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
     """The CPU's feature flags from ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM); None where there is
     no such file (macOS, Windows). ``cpuinfo``: the file's text, for tests."""
     if cpuinfo is None:
-        try:
+        cpuinfo = ""  # no such file (macOS, Windows): no flags
+        with contextlib.suppress(OSError):
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            return None
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            return frozenset(value.split())
-    return None
+    line = re.search(r"^\s*(?:flags|features)\s*:(.*)$", cpuinfo, re.IGNORECASE | re.MULTILINE)
+    return frozenset(line.group(1).split()) if line else None
 
 
 def cpu_bf16_fast(flags: frozenset[str] | set[str] | None = None) -> bool | None:
@@ -572,48 +470,29 @@ def cpu_bf16_fast(flags: frozenset[str] | set[str] | None = None) -> bool | None
     return None if flags is None else bool(BF16_CPU_FLAGS & set(flags))
 
 
-def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64,
-                      seed: int = 0) -> dict[str, Any]:
+def run_trainer_steps(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64) -> dict[str, Any]:
     """Train a randomly initialised model of ``config`` with ``args`` on random tokens; return the log.
 
     Runs in this process: returns the losses, the steps done, the wall time and the peak memory of the run
-    (see :func:`course_utils.measure.track_peak`).
+    (see :func:`course_utils.peak.measure_peak`).
     """
-    import time
-
-    from course_utils.configs import config_name
-    from course_utils.peak import track_peak
-    from course_utils.quiet import quiet_libraries
-
-    trainer = demo_trainer(config, args, batch_examples=batch_examples, seq=seq, seed=seed)
+    trainer = demo_trainer(config, args, batch_examples=batch_examples, seq=seq)
     with quiet_libraries():  # silences bitsandbytes and transformers while they work; restored afterwards
-        start = time.perf_counter()
-        with track_peak(args.device) as peak:
-            result = trainer.train()
-        seconds = time.perf_counter() - start
-    return {"losses": trainer_losses(trainer), "steps": result.global_step, "seconds": seconds, "peak": peak,
-            "config": config_name(config)}
+        result, peak = measure_peak(trainer.train, args.device)
+    return {"losses": trainer_losses(trainer), "steps": result.global_step, "seconds": peak.seconds, "peak": peak}
 
 
-def demo_trainer(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64, seed: int = 0) -> Any:
-    """A Hugging Face ``Trainer`` for a randomly initialised model of ``config`` on ``batch_examples`` random
-    sequences of ``seq`` tokens, ready to ``train()``. Built with the libraries' chatter silenced, and without
-    the callback that prints every log line (the losses stay in ``trainer.state.log_history``)."""
-    import torch
-
-    from course_utils.configs import read_config
-    from course_utils.measure import build_model
-    from course_utils.quiet import quiet_libraries
-
+def demo_trainer(config: Any, args: Any, *, batch_examples: int = 32, seq: int = 64) -> Any:
+    """A Hugging Face ``Trainer`` for a randomly initialised model of ``config`` (seed 0) on ``batch_examples``
+    random sequences of ``seq`` tokens (seed 1), ready to ``train()``. Built with the libraries' chatter silenced,
+    and without the callback that prints every log line (the losses stay in ``trainer.state.log_history``)."""
     with quiet_libraries():
         from transformers import Trainer
         from transformers.trainer_callback import PrinterCallback
         cfg = read_config(config)
-        model = build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": seed})
-        gen = torch.Generator().manual_seed(seed + 1)
-        ids = torch.randint(0, int(cfg["vocab_size"]), (batch_examples, seq), generator=gen)
-        data = [{"input_ids": row, "labels": row} for row in ids]
-        trainer = Trainer(model=model, args=args, train_dataset=data)
+        model = measure.build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": 0})
+        ids = torch.randint(0, cfg["vocab_size"], (batch_examples, seq), generator=torch.Generator().manual_seed(1))
+        trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": row, "labels": row} for row in ids])
         trainer.remove_callback(PrinterCallback)
     return trainer
 

@@ -12,12 +12,15 @@ GB = 1e9
 def format_bytes(n: Any) -> str:
     """Bytes in the unit that reads best: ``1.23 GB``, ``45.6 MB``, ``7.8 KB`` or ``12 B`` (powers of 1000)."""
     n = checks.number(n, "n", 0)
-    if n >= GB:
-        return f"{n / GB:.2f} GB"
-    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+    for unit, size, spec in (("GB", GB, ".2f"), ("MB", 1e6, ".1f"), ("KB", 1e3, ".1f")):
         if n >= size:
-            return f"{n / size:.1f} {unit}"
+            return f"{n / size:{spec}} {unit}"
     return f"{int(n)} B"
+
+
+#: How :func:`format_seconds` writes a duration: (unit, scale, the scaled value it starts at, format), largest first.
+_SECONDS_FORMATS = (("s", 1, 10, ".0f"), ("s", 1, 1, ".1f"), ("ms", 1e3, 10, ".0f"), ("ms", 1e3, 1, ".1f"),
+                    ("ms", 1e3, 0.1, ".2g"))
 
 
 def format_seconds(seconds: Any) -> str:
@@ -26,15 +29,9 @@ def format_seconds(seconds: Any) -> str:
     A GPU step takes milliseconds, a CPU step seconds: one ``:.1f} s`` format would print a GPU's as ``0.0 s``.
     """
     s = checks.number(seconds, "seconds", 0)
-    if s >= 10:
-        return f"{s:.0f} s"
-    if s >= 1:
-        return f"{s:.1f} s"
-    ms = s * 1e3
-    if ms >= 10:
-        return f"{ms:.0f} ms"
-    if ms >= 0.1:
-        return f"{ms:.2g} ms" if ms < 1 else f"{ms:.1f} ms"
+    for unit, scale, low, spec in _SECONDS_FORMATS:
+        if s * scale >= low:
+            return f"{s * scale:{spec}} {unit}"
     return f"{s * 1e6:.2g} µs"
 
 

@@ -6,30 +6,20 @@ decides, and where it cannot run says what to do instead.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 
-from course_utils import checks
 from course_utils.hub import ModelChoice
+from course_utils.packaged import find_spec
 
 
 def on_colab() -> bool:
     """True inside Google Colab (its environment variables, or the google.colab module)."""
-    if any(k.startswith("COLAB_") for k in os.environ):
-        return True
-    try:
-        return importlib.util.find_spec("google.colab") is not None
-    except ModuleNotFoundError:
-        return False
-
-
-#: What the peft cells of notebook 01b already showed, for the line that explains a skipped Unsloth cell.
-UNSLOTH_SAME_JOB = "The peft cells above did the same job: a frozen 4-bit base, a LoRA adapter, real training."
+    return any(k.startswith("COLAB_") for k in os.environ) or find_spec("google.colab") is not None
 
 
 @dataclass(frozen=True)
-class UnslothPlan:
+class _UnslothPlan:
     """Whether the lesson's Unsloth cell runs here, why (or why not), and how to run it in a fresh runtime.
 
     Unsloth is never installed into a running kernel: it patches torch, transformers and peft when it is
@@ -43,22 +33,16 @@ class UnslothPlan:
 
     def message(self) -> str:
         """The lines the notebook prints: the decision, the fresh-runtime command if any, what peft showed."""
-        lines = [self.reason]
-        if self.command:
-            lines.append(self.command)
-        if not self.run:
-            lines.append(UNSLOTH_SAME_JOB)
-        return "\n".join(lines)
+        same_job = "The peft cells above did the same job: a frozen 4-bit base, a LoRA adapter, real training."
+        return "\n".join(line for line in (self.reason, self.command, None if self.run else same_job) if line)
 
 
-def unsloth_install_command(colab: bool | None = None, *, gpu_here: bool = True) -> str:
+def _install_command(gpu_here: bool = True) -> str:
     """How to get Unsloth: in a *fresh* runtime, install first, restart, then run the notebook.
 
-    ``colab``: the Colab wording (default: :func:`on_colab`). ``gpu_here`` False adds that a CUDA GPU is needed.
+    The Colab wording inside Colab (:func:`on_colab`). ``gpu_here`` False adds that a CUDA GPU is needed.
     """
-    checks.flag(gpu_here, "gpu_here")
-    colab = on_colab() if colab is None else checks.flag(colab, "colab")
-    if colab:
+    if on_colab():
         runtime = "a fresh Colab runtime" + ("" if gpu_here else " with a GPU (Runtime > Change runtime type > T4 GPU)")
         return (f"To run it: in {runtime}, run `!pip install unsloth` in the first cell, restart the session "
                 "(Runtime > Restart session), then run this notebook.")
@@ -68,31 +52,28 @@ def unsloth_install_command(colab: bool | None = None, *, gpu_here: bool = True)
 
 def unsloth_importable() -> bool:
     """True when the ``unsloth`` package is installed (found without importing it)."""
-    try:
-        return importlib.util.find_spec("unsloth") is not None
-    except (ImportError, ValueError):
-        return False
+    return find_spec("unsloth") is not None
 
 
-def unsloth_plan(choice: ModelChoice) -> UnslothPlan:
+def unsloth_plan(choice: ModelChoice) -> _UnslothPlan:
     """Run the lesson's Unsloth cell only when Unsloth is installed, a CUDA GPU is here and the Hub is reachable.
 
     Unsloth downloads ``unsloth/Qwen3-4B-Instruct-2507`` and runs CUDA kernels. It is never pip-installed
-    from here (see :class:`UnslothPlan`); when it is missing, the plan carries the command for a fresh runtime.
+    from here (see :class:`_UnslothPlan`); when it is missing, the plan carries the command for a fresh runtime.
     """
     if not isinstance(choice, ModelChoice):
         raise TypeError(f"choice must be the ModelChoice from choose_model, got {type(choice).__name__}")
     import torch
 
     if not torch.cuda.is_available():
-        return UnslothPlan(False, "Unsloth skipped: it needs a CUDA GPU and there is none here.",
-                           unsloth_install_command(gpu_here=False))
+        return _UnslothPlan(False, "Unsloth skipped: it needs a CUDA GPU and there is none here.",
+                            _install_command(gpu_here=False))
     if not choice.from_hub:
-        return UnslothPlan(False, f"Unsloth skipped: it downloads its model from the Hub, which is not available "
-                                  f"here ({choice.reason}).")
+        return _UnslothPlan(False, f"Unsloth skipped: it downloads its model from the Hub, which is not available "
+                                   f"here ({choice.reason}).")
     if not unsloth_importable():
-        return UnslothPlan(False, "Unsloth skipped: it is not installed in this runtime, and installing it into a "
-                                  "kernel that has already imported torch, transformers and peft is unsafe.",
-                           unsloth_install_command())
-    return UnslothPlan(True, "Unsloth is installed, a CUDA GPU is here and the Hub is reachable: running the "
-                             "Unsloth cell.")
+        return _UnslothPlan(False, "Unsloth skipped: it is not installed in this runtime, and installing it into a "
+                                   "kernel that has already imported torch, transformers and peft is unsafe.",
+                            _install_command())
+    return _UnslothPlan(True, "Unsloth is installed, a CUDA GPU is here and the Hub is reachable: running the "
+                              "Unsloth cell.")

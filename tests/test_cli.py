@@ -112,6 +112,8 @@ def test_lora_rank_on_the_lesson_table_is_noted(capsys) -> None:
     (["--budgets", "0"], "--budgets"),
     (["--budgets", "12,-1"], "--budgets"),
     (["--budgets", "twelve"], "--budgets"),
+    (["--budgets", "nan"], "--budgets"),
+    (["--budgets", ""], "--budgets"),
     (["--budgets", "12k"], "--budgets"),  # a count suffix is not a size in GB
     (["--config", "/no/such/config.json"], "--config"),
     (["--config", "not-a-preset"], "--config"),
@@ -273,11 +275,11 @@ def test_unreachable_hub_answers_within_seconds(capsys, monkeypatch) -> None:
 
 @pytest.mark.parametrize("text,value", [("134515008", 134_515_008), ("7e9", 7_000_000_000), ("1.7B", 1_700_000_000),
                                         ("135M", 135_000_000), ("7_000_000_000", 7_000_000_000), ("70b", 70 * 10**9)])
-def test_parse_count(text: str, value: int) -> None:
-    assert cli.parse_count(text) == value
+def test_param_count(text: str, value: int) -> None:
+    assert cli.param_count(text) == value
 
 
-@pytest.mark.parametrize("text", ["-5", "0", "seven", "1.5.2", ""])
-def test_parse_count_rejects(text: str) -> None:
+@pytest.mark.parametrize("text", ["-5", "0", "seven", "1.5.2", "", "1e400"])
+def test_param_count_rejects(text: str) -> None:
     with pytest.raises(ValueError):
-        cli.parse_count(text)
+        cli.param_count(text)

@@ -1,6 +1,8 @@
 """course_utils.footprint: what get_memory_footprint() counts, part by part, computed on the meta device, measured."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ from tiny_models import tiny_config
 def test_meta_counts_of_the_shipped_architectures() -> None:
     smol = meta_model(STANDIN_CONFIG)
     assert F.count_model_parameters(smol) == 134_515_008
-    assert F.is_tied(smol) and next(smol.parameters()).device.type == "meta"
+    assert smol.lm_head.weight is smol.model.embed_tokens.weight and next(smol.parameters()).device.type == "meta"
     assert F.count_model_parameters(meta_model(QWEN25_CONFIG)) == 1_543_714_304
     assert F.count_model_parameters(meta_model(QWEN3_CONFIG)) == 4_022_468_096
 
@@ -37,8 +39,7 @@ def test_standin_footprint_arithmetic() -> None:
     assert F.footprint_bytes(smol, 8) == 28_311_552 * 2 + 106_168_320 + 35_136 * 2 + buffers
     assert F.footprint_bytes(smol, 4) == 28_311_552 * 2 + 106_168_320 // 2 + 35_136 * 2 + buffers
     assert [format_bytes(F.footprint_bytes(smol, b)) for b in (16, 8, 4)] == ["269.0 MB", "162.9 MB", "109.8 MB"]
-    assert F.scale_bytes(smol, 4) == 106_168_320 // 64 * 4 == 6_635_520
-    assert F.scale_bytes(smol, 16) == 0
+    assert F.computed_sizes(STANDIN_CONFIG).scales4 == 106_168_320 // 64 * 4 == 6_635_520
     assert round(100 * F.footprint_bytes(smol, 4) / F.footprint_bytes(smol, 16)) == 41
 
 
@@ -67,14 +68,14 @@ def test_real_model_sizes_are_computed_about_a_third() -> None:
 def test_untied_head_stays_16_bit() -> None:
     model = meta_model(tiny_config(tie_word_embeddings=False))
     parts = {p.name: p for p in F.footprint_parts(model, 4)}
-    assert not F.is_tied(model)
+    assert model.lm_head.weight is not model.model.embed_tokens.weight
     assert parts["lm_head"].params == 512 * 64 and parts["lm_head"].bytes == 2 * 512 * 64
 
 
 @pytest.mark.parametrize("bits, error", [(3, ValueError), (32, ValueError), ("4", TypeError), (True, TypeError)])
 def test_footprints_reject_bad_bits(bits, error) -> None:
     layer = torch.nn.Linear(2, 2)
-    for function in (F.footprint_parts, F.scale_bytes, F.breakdown_table):
+    for function in (F.footprint_parts, F.breakdown_table):
         with pytest.raises(error, match="bits"):
             function(layer, bits)
 
@@ -126,8 +127,6 @@ def test_config_report_of_a_shipped_preset_and_bad_input() -> None:
     assert "4,022,468,096 parameters" in qwen3
     with pytest.raises(ValueError, match="name"):
         F.config_ratio_report(STANDIN_CONFIG, "")
-    with pytest.raises(TypeError, match="arch"):
-        F.architecture_parts(STANDIN_CONFIG)
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -149,7 +148,7 @@ def test_footprints_measured_match_computed(tiny_standin) -> None:
     m4 = load_model(tiny_standin, 4, device="cpu")
     assert m16.get_memory_footprint() == F.footprint_bytes(m16, 16)
     assert m4.get_memory_footprint() == F.footprint_bytes(m16, 4) == F.footprint_bytes(m4, 4)
-    assert F.measured_scale_bytes(m4) == F.scale_bytes(m16, 4)
+    assert F.measured_scale_bytes(m4) == F.computed_sizes(Path(tiny_standin) / "config.json").scales4
     assert F.count_model_parameters(m4) == F.count_model_parameters(m16)  # packed 4-bit weights at their true size
     table = F.breakdown_table(m16, 4)
     assert "embedding table" in table and "tied" in table and "4-bit / 16-bit" in table
@@ -179,52 +178,85 @@ def test_footprint_chart_and_groups() -> None:
     plt.close("all")
 
 
-def test_widget_callback_prints_the_report(capsys) -> None:
-    from course_utils.lessons.real_models_qlora import show_ratio
-
-    show_ratio(576, 30, 49152, True)
-    assert "41 %" in capsys.readouterr().out
-    show_ratio(4096, 32, 128_256, False, kv_fraction=1 / 4)
-    out = capsys.readouterr().out
+def test_the_widgets_report() -> None:
+    assert "41 %" in F.four_bit_ratio_report(576, 30, 49152, True)
+    out = F.four_bit_ratio_report(4096, 32, 128_256, False, kv_fraction=1 / 4)
     assert "untied lm_head" in out and "lm_head 8 %" in out
 
 
 # --------------------------------------------------------------------------------------------
 # The half-byte floor against a real 7B model (notebook 04's Qwen2.5-7B cell)
 # --------------------------------------------------------------------------------------------
-def test_nf4_scales_per_weight_with_and_without_double_quantization() -> None:
-    assert F.nf4_scale_bytes(64, double_quant=False) == 4  # one float32 per 64 weights: 0.5 bit a weight
-    assert F.nf4_scale_bytes(64 * 256) == 256 + 4  # one byte per 64 weights, one float32 per 256 of those
-    assert 8 * F.nf4_scale_bytes(10**9) / 10**9 == pytest.approx(0.127, abs=5e-4)
-    assert 8 * F.nf4_scale_bytes(10**9, double_quant=False) / 10**9 == 0.5
-    assert F.nf4_scale_bytes(0) == 0
-    with pytest.raises(ValueError, match="n_weights"):
-        F.nf4_scale_bytes(-1)
-    with pytest.raises(TypeError, match="double_quant"):
-        F.nf4_scale_bytes(64, double_quant=1)
+#: Qwen's Qwen2.5-7B (Qwen/Qwen2.5-7B), the fields of its ``config.json`` that decide its size: 28 query heads
+#: share 4 key/value heads of 128, q/k/v carry biases (qwen2), and the lm_head is a separate (untied) table.
+QWEN25_7B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "hidden_act": "silu", "torch_dtype": "bfloat16",
+}
+
+
+def _nf4_scale_bytes(n_weights: int, double_quant: bool = True) -> float:
+    """The per-weight rule: one float32 per 64 weights, or (double quantization) one byte per 64 weights plus
+    one float32 per 256 of those bytes."""
+    return n_weights / 64 + n_weights / (64 * 256) * 4 if double_quant else n_weights / 64 * 4
 
 
 def test_a_real_7b_in_4_bits_is_about_one_and_a_half_times_the_half_byte_floor() -> None:
+    """notebook 04 writes these sums by hand from the config's numbers; the meta-device model must agree."""
     from course_utils.architecture import Architecture
 
-    size = F.four_bit_size(F.QWEN25_7B)
-    # notebook 04 writes these sums by hand from the config's numbers; the meta-device model must agree
+    parts = F.footprint_parts(meta_model(QWEN25_7B), 16)
+    params = sum(p.params for p in parts if p.name != "buffers")
+    quantized = sum(p.params for p in F.footprint_parts(meta_model(QWEN25_7B), 4) if p.quantized)
     layers, width, mlp, kv, vocab = 28, 3584, 18_944, 512, 152_064
     linears = layers * (2 * width * width + 2 * width * kv + 3 * width * mlp)
     rest = 2 * vocab * width + layers * (2 * width + width + 2 * kv) + width
-    assert size.params == linears + rest == 7_615_616_512 == Architecture.from_config(F.QWEN25_7B).params
-    assert size.quantized == linears == 6_525_288_448
-    assert size.kept_bytes == 2 * rest
-    assert size.scales_bytes == linears / 64 + linears / (64 * 256) * 4
-    assert round(size.floor_bytes / 1e9, 2) == 3.81
-    assert round((size.codes_bytes + size.scales_bytes) / 1e9, 2) == 3.37
-    assert round(size.kept_bytes / 1e9, 2) == 2.18
-    assert round(size.total_bytes / 1e9, 2) == 5.55 == round(3.37 + 2.18, 2)  # the printed parts add up
-    assert round(size.total_bytes / size.floor_bytes, 2) == 1.46
-    assert round(100 * size.total_bytes / (2 * size.params)) == 36  # about a third of 16 bits, as in 01b
-    assert round(F.four_bit_size(F.QWEN25_7B, double_quant=False).total_bytes / 1e9, 2) == 5.85
+    assert params == linears + rest == 7_615_616_512 == Architecture.from_config(QWEN25_7B).params
+    assert quantized == linears == 6_525_288_448
+    codes_and_scales, kept = quantized * 0.5 + _nf4_scale_bytes(quantized), (params - quantized) * 2.0
+    assert round(params * 0.5 / 1e9, 2) == 3.81  # the floor: every parameter at half a byte
+    assert round(codes_and_scales / 1e9, 2) == 3.37 and round(kept / 1e9, 2) == 2.18
+    assert round((codes_and_scales + kept) / 1e9, 2) == 5.55 == round(3.37 + 2.18, 2)  # the printed parts add up
+    assert round((codes_and_scales + kept) / (params * 0.5), 2) == 1.46
+    assert round(100 * (codes_and_scales + kept) / (2 * params)) == 36  # about a third of 16 bits, as in 01b
+    assert 8 * _nf4_scale_bytes(10**9) / 10**9 == pytest.approx(0.127, abs=5e-4)
 
 
 def test_the_standin_scales_match_the_per_weight_rule() -> None:
-    smol = meta_model(STANDIN_CONFIG)
-    assert F.scale_bytes(smol, 4) == F.nf4_scale_bytes(106_168_320, double_quant=False)
+    assert F.computed_sizes(STANDIN_CONFIG).scales4 == _nf4_scale_bytes(106_168_320, double_quant=False)
+
+
+# --------------------------------------------------------------------------------------------
+# A CPU with AVX-512-bf16 repacks 4-bit layers at their first run: 01b measures the scales before it
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "double-quantized"])
+def test_scales_are_counted_as_loaded_with_the_cpu_repack_forced_on_and_off(nested: bool) -> None:
+    """bitsandbytes (0.49+) repacks a Linear4bit the first time it runs without gradients on a CPU with
+    AVX-512-bf16: its scales turn bfloat16 and double quantization is undone. Forced off, a run leaves the scales
+    as loaded; forced on (the repack that CPU does), they shrink. So 01b counts them before any run."""
+    bnb = import_bitsandbytes()
+    if bnb is None:
+        pytest.skip("bitsandbytes is not installed")
+    functional = pytest.importorskip("bitsandbytes.functional")
+    if not hasattr(functional, "_convert_weight_packed_for_cpu"):
+        pytest.skip("this bitsandbytes never repacks for a CPU")
+    layer = bnb.nn.Linear4bit(256, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4",
+                              compress_statistics=nested)
+    layer.load_state_dict({"weight": torch.randn(64, 256, generator=torch.Generator().manual_seed(0))})
+    model = torch.nn.Sequential(layer.to("cpu")).eval()
+    loaded = F.measured_scale_bytes(model)
+    assert loaded == (256 * 64 // 64 + 4 + 256 * 4 + 4 if nested else 256 * 64 // 64 * 4)  # 8-bit or float32 absmax
+    layer.support_avx512bf16_for_cpu = False  # forced off: a run changes nothing
+    with torch.no_grad():
+        model(torch.randn(2, 256))
+    assert F.measured_scale_bytes(model) == loaded
+    weight = layer.weight  # forced on: what the first run does on such a CPU
+    weight.data, weight.quant_state = functional._convert_weight_packed_for_cpu(weight.data, weight.quant_state)
+    assert F.measured_scale_bytes(model) == 256 * 64 // 64 * 2  # bfloat16 absmax, no double quantization
+
+
+def test_01b_counts_the_scales_before_the_4bit_model_first_runs() -> None:
+    source = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01b_real_models_qlora.py").read_text()
+    assert -1 < source.index("measured_scale_bytes(model_4)") < source.index(".generate(")

@@ -54,7 +54,6 @@ def test_device_and_dtype_decisions(any_device: Profile) -> None:
 @pytest.mark.parametrize("device", [0, "cuda", "cuda:0", torch.device("cuda", 0), None])
 def test_cuda_device_given_every_way(cuda_device: Profile, device: object) -> None:
     # finding 1: the integer 0 used to raise TypeError in every notebook's first cell on a GPU
-    assert hardware.compute_capability(device) == cuda_device.capability
     assert hardware.gpu_memory_gb(device) == pytest.approx(cuda_device.total_memory / 1e9)
     assert hardware.bf16_native(device) is (cuda_device.capability >= (8, 0))
 

@@ -18,7 +18,7 @@ from transformers import Trainer, TrainingArguments  # noqa: F401 - imported bef
 # first import probes CUDA in ways the simulation does not answer
 
 from course_utils import measure, step_memory, tricks
-from course_utils.measure import Precision, StepMeasurement, measure_training_step, step_precision
+from course_utils.measure import StepMeasurement, _Precision, _step_precision, measure_training_step
 from gpu_sim import Profile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -49,7 +49,7 @@ def fake_measurement(device: str, **extra: Any) -> StepMeasurement:
 # --------------------------------------------------------------------------------------------
 def test_frozen_layer_plan_follows_the_device(any_device: Profile) -> None:
     half = half_for(any_device)
-    plan = measure.frozen_layer_plan()
+    plan = measure._frozen_layer_plan()
     assert [d for _, d, _ in plan] == [torch.float32, half, torch.uint8]
     assert plan[1][0] == str(half).removeprefix("torch.") and plan[2][2] == half  # NF4 computes in it too
 
@@ -73,10 +73,10 @@ def test_time_frozen_layer_stops_at_the_first_cuda_allocation(cuda_device: Profi
 def test_step_precision(any_device: Profile, method: str) -> None:
     half = str(half_for(any_device)).removeprefix("torch.")
     base = {"lora-bf16": half, "qlora": half, "full-bf16": "bfloat16"}.get(method, "float32")
-    assert step_precision(method, None, None) == Precision(base, None, base == "float16")
-    assert step_precision(method, "auto", None) == Precision(base, half, half == "float16")
+    assert _step_precision(method, None, None) == _Precision(base, None, base == "float16")
+    assert _step_precision(method, "auto", None) == _Precision(base, half, half == "float16")
     if any_device.key == "T4":
-        assert step_precision(method, "auto", "cuda") == Precision(base, "float16", True)
+        assert _step_precision(method, "auto", "cuda") == _Precision(base, "float16", True)
 
 
 @pytest.mark.parametrize("method", ["lora-bf16", "qlora"])
@@ -287,11 +287,21 @@ def test_cli_measure_compares_like_with_like(any_device: Profile, monkeypatch: p
 # --------------------------------------------------------------------------------------------
 # C. torch.compile is bounded in time on a GPU too
 # --------------------------------------------------------------------------------------------
-def test_compile_runs_in_a_bounded_child_on_every_device(any_device: Profile) -> None:
-    assert measure.runs_in_child(None, compile=True)
-    assert measure.runs_in_child(None, compile=False) == (not any_device.is_cuda)
-    with pytest.raises(ValueError, match="subprocess_"):
-        measure.runs_in_child(None, compile=True, subprocess_=False)
+def test_compile_runs_in_a_bounded_child_on_every_device(any_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    def child(spec: dict, timeout_s: float) -> dict:
+        seen.append(spec["compile"])
+        return fake_measurement(spec["device"]).to_dict()
+
+    def in_process(spec: dict) -> dict:
+        raise AssertionError("torch.compile must not run unbounded in this process")
+
+    monkeypatch.setattr(measure, "_run_in_child", child)
+    monkeypatch.setattr(measure, "run_step", in_process)
+    assert measure_training_step(TINY, compile=True).what == "simulated"
+    assert measure.measure_training_steps(TINY, [{"compile": True}])[0].what == "simulated"
+    assert seen == [True, True]
 
 
 def test_compile_trick_times_out_on_a_gpu(cuda_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:

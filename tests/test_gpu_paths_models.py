@@ -133,7 +133,7 @@ def test_the_lesson_model_loads_only_on_a_gpu_with_the_hub_and_4_bits(device) ->
 def test_nf4_compute_dtype_follows_the_device(device) -> None:
     expected = EXPECTED_DTYPE[device]
     assert M.quantization_config(4).bnb_4bit_compute_dtype == expected  # default: the device pick_device picks
-    assert M.quantization_config(4, device="cpu").bnb_4bit_compute_dtype == torch.bfloat16
+    assert M.load_settings(4, "cpu")["quantization_config"].bnb_4bit_compute_dtype == torch.bfloat16
     assert M.quantization_config(4, torch.float32).bnb_4bit_compute_dtype == torch.float32  # explicit wins
     eight = M.quantization_config(8)
     assert eight.load_in_8bit and M.quantization_config(16) is None
@@ -341,7 +341,7 @@ def test_offline_the_packaged_copy_is_chosen_on_every_device(device, offline_env
     monkeypatch.setattr(standin, "ensure_standin", forbidden)
     choice = standin.choose_model()
     assert choice.source == "packaged" and not choice.is_standin and not choice.from_hub
-    assert choice.name == str(tmp_path) and "Q4_1" in choice.weights
+    assert choice.name == str(tmp_path) and "Q4_1" in choice.label
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,10 +39,14 @@ def test_importing_the_hub_module_does_not_import_torch() -> None:
 
 @pytest.mark.parametrize("value, offline", [("1", True), ("true", True), ("YES", True), ("on", True),
                                             ("0", False), ("", False), ("false", False)])
-def test_offline_env_parsing(value: str, offline: bool) -> None:
-    assert hub.hub_offline_env({"HF_HUB_OFFLINE": value}) is offline
-    assert hub.hub_offline_env({"TRANSFORMERS_OFFLINE": value}) is offline
-    assert hub.hub_offline_env({}) is False
+def test_offline_env_parsing(monkeypatch, value: str, offline: bool) -> None:
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    assert hub.hub_offline_env() is False
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, value)
+        assert hub.hub_offline_env() is offline
+        monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -100,6 +104,9 @@ def test_online_decision_follows_one_reachability_check(monkeypatch, reachable: 
 
 
 def test_reachability_true_false_and_never_longer_than_the_timeout(monkeypatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "https://example.invalid")
+    addresses = []
+
     class Conn:
         def __enter__(self):
             return self
@@ -107,37 +114,35 @@ def test_reachability_true_false_and_never_longer_than_the_timeout(monkeypatch) 
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: Conn())
-    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.5) is True
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: addresses.append(address) or Conn())
+    assert hub.hub_reachable(timeout_s=0.5) is True and addresses == [("example.invalid", 443)]
 
     def refused(address, timeout):
         raise ConnectionRefusedError("no")
     monkeypatch.setattr(socket, "create_connection", refused)
-    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.5) is False
+    assert hub.hub_reachable(timeout_s=0.5) is False
 
     def hangs(address, timeout):  # a DNS lookup that hangs far beyond the timeout
         time.sleep(3)
         raise OSError("too late")
     monkeypatch.setattr(socket, "create_connection", hangs)
     start = time.perf_counter()
-    assert hub.hub_reachable("example.invalid", 443, timeout_s=0.2) is False
+    assert hub.hub_reachable(timeout_s=0.2) is False
     assert time.perf_counter() - start < 1.0
 
 
-def test_hub_address_follows_hf_endpoint() -> None:
-    assert hub.hub_address({}) == ("huggingface.co", 443)
-    assert hub.hub_address({"HF_ENDPOINT": "http://mirror.local:8080"}) == ("mirror.local", 8080)
+def test_hub_address_follows_hf_endpoint(monkeypatch) -> None:
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert hub.hub_address() == ("huggingface.co", 443)
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.local:8080")
+    assert hub.hub_address() == ("mirror.local", 8080)
+    monkeypatch.setenv("HF_ENDPOINT", "not a url")
     with pytest.raises(ValueError, match="HF_ENDPOINT"):
-        hub.hub_address({"HF_ENDPOINT": "not a url"})
+        hub.hub_address()
 
 
 @pytest.mark.parametrize("timeout, error", [(0, ValueError), (-1, ValueError), (11, ValueError),
                                             ("1", TypeError), (True, TypeError)])
 def test_reachability_rejects_bad_timeouts(timeout, error) -> None:
     with pytest.raises(error, match="timeout_s"):
-        hub.hub_reachable("example.invalid", 443, timeout_s=timeout)
-
-
-def test_decide_rejects_a_bad_model_name() -> None:
-    with pytest.raises(ValueError, match="model_name"):
-        hub.decide_source("not-a-hub-id")
+        hub.hub_reachable(timeout_s=timeout)

@@ -19,6 +19,12 @@ def test_a_number_is_right_within_tolerance_and_a_known_slip_gets_its_hint() -> 
     assert not other.correct and other.hint == "Bytes per weight times weights."
 
 
+def test_a_number_is_written_with_thousands_separators_and_a_right_one_with_its_why() -> None:
+    feedback = check_number(25_362_432, 25_362_432, name="b", what="bytes", unit="bytes", why="Codes + scales.")
+    assert str(feedback) == "Right: b = 25,362,432 bytes (expected 25,362,432 bytes). Codes + scales."
+    assert check_number(2.5, 3, name="gb", what="x").message == "gb = 2.5 is not it."
+
+
 def test_placeholders_and_wrong_kinds_never_raise() -> None:
     for value in (..., None):
         feedback = check_number(value, 12, name="gb", what="the size in GB")
@@ -34,6 +40,7 @@ def test_a_choice_ignores_case_and_spaces_and_hints_per_option() -> None:
     lora = check_choice("lora", "qlora", name="m", options=options, hints={"lora": "16-bit base too big"})
     assert not lora.correct and lora.hint == "16-bit base too big"
     assert "one of the options" in check_choice("adapter", "qlora", name="m", options=options).message
+    assert "one of the options" in check_choice(["qlora"], "qlora", name="m", options=options).message  # unhashable
     assert not check_choice(..., "qlora", name="m", options=options).answered
 
 

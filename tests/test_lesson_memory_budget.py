@@ -64,18 +64,13 @@ def test_check_three_ways_other_wrong_answers() -> None:
     assert "finite number" in ex.check_three_ways(True, 12.12, 1.62).message
 
 
-def test_slips_never_sit_on_the_right_answer() -> None:
-    for method in mem.METHODS:
-        expected = ex.training_gb(method)
-        for value, _ in ex.memory_mistakes(method):
-            assert abs(value - expected) > ex.REL_TOL[method] * expected, (method, value)
-
-
-def test_check_training_gb_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="method"):
-        ex.check_training_gb(1.0, "adapter")
-    with pytest.raises(ValueError, match="params"):
-        ex.check_training_gb(1.0, "full", params=-1)
+def test_the_right_answer_is_never_taken_for_a_slip() -> None:
+    """Within its tolerance, an answer is right even where a slip lies close to it (check_number tries it first)."""
+    names = {"full": "full_gb", "lora": "lora_gb", "qlora": "qlora_gb"}
+    for method, name in names.items():
+        for factor in (1 - ex.REL_TOL[method] / 2, 1, 1 + ex.REL_TOL[method] / 2):
+            answers = {n: ex.training_gb(m) for m, n in names.items()} | {name: ex.training_gb(method) * factor}
+            assert ex.check_three_ways(**answers), (method, factor)
 
 
 def test_best_methods_come_from_the_estimator() -> None:
@@ -83,8 +78,6 @@ def test_best_methods_come_from_the_estimator() -> None:
     assert ex.best_method(70e9, 48.0) == "none"
     assert ex.best_method(mem.SMOLLM2_PARAMS, 16.0) == "full"
     assert ex.best_method(7e9, 16.0) == "qlora"
-    with pytest.raises(ValueError, match="budget_gb"):
-        ex.best_method(7e9, 0)
 
 
 def test_check_best_methods_right_and_placeholder() -> None:
@@ -112,3 +105,155 @@ def test_check_best_methods_hints(answers: tuple, hint: str) -> None:
 def test_check_best_methods_unknown_option() -> None:
     fb = ex.check_best_methods("adapter", "none")
     assert not fb and "not one of the options" in fb.message
+
+
+# --------------------------------------------------------------------------------------------
+# Charts and the two planners (their callbacks are plain functions)
+# --------------------------------------------------------------------------------------------
+def _peak_parts() -> list[tuple[str, float]]:
+    from types import SimpleNamespace
+
+    return mem.account_for_peak(SimpleNamespace(peak_bytes=1.9e9, baseline_bytes=0.45e9, weights_bytes=0.54e9,
+                                                grads_bytes=1.8e6, optimizer_bytes=3.7e6,
+                                                saved_activations_bytes=0.6e9))
+
+
+def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
+    import matplotlib.pyplot as plt
+
+    fig = ex.plot_methods_vs_budgets(mem.estimate_table([mem.MODELS[2]]))
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() == "memory (GB)"
+    assert [round(p.get_height(), 2) for p in ax.patches] == [112.0, 28.29, 14.29, 3.79]
+    assert sorted(round(line.get_ydata()[0], 1) for line in ax.get_lines()) == [11.2, 16.8, 56.0]
+    plt.close(fig)
+    with pytest.raises(TypeError, match="estimates"):
+        ex.plot_methods_vs_budgets([])
+
+
+def test_estimate_vs_measured_chart_draws_a_pair_per_case() -> None:
+    """04 draws the team's run beside this machine's split peak; 05 its sweep, a case it did not run included."""
+    import matplotlib.pyplot as plt
+
+    fig = ex.plot_estimate_vs_measured([ex.TEAM_RUN, ("here", 0.5436, _peak_parts())], "t", counts="weights")
+    ax = fig.axes[0]
+    assert ax.get_title() == "t" and ax.get_ylabel() == "peak memory (GB)"
+    assert [t.get_text() for t in ax.texts] == ["0.54", "1.88", "0.54", "1.90"]  # the split column tops at the peak
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["team's run", "here"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:2] == ["estimate (weights)", "measured peak"] and labels[-1].startswith("other")
+    plt.close(fig)
+    fig = ex.plot_estimate_vs_measured([("LoRA b8", 2.56, 2.62), ("full b8", 3.5, None)])
+    assert [t.get_text() for t in fig.axes[0].texts] == ["2.56", "2.62", "3.50", "not run"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="estimate"):
+        ex.plot_estimate_vs_measured([("x", -1, 1.0)])
+    with pytest.raises(ValueError, match="cases"):
+        ex.plot_estimate_vs_measured([])
+    with pytest.raises(ValueError, match="measured"):
+        ex.plot_estimate_vs_measured([("x", 0.5, [])])
+
+
+def test_planner_answers_and_draws() -> None:
+    import matplotlib.pyplot as plt
+
+    p = ex.plan("a 7B model", 1.0, "lora-bf16", 8, 16)
+    assert not p.estimate.fits(16) and "14.29 GB" in p.text and "does NOT fit" in p.text and "11.2 GB" in p.text
+    assert [b.gb for b in p.budgets] == [16.0] and "FITS" in ex.plan("a 7B model", 1.0, "lora-bf16", 8, 24).text
+    smol = ex.plan("SmolLM2-135M (config)", 1.0, "lora", 8, 16)
+    assert "FITS" in smol.text and "460,800 numbers (counted from the config)" in smol.text and "0.54 GB" in smol.text
+    bf16 = ex.plan("a 7B model", 1.0, "full-bf16", 8, 80)
+    assert bf16.estimate.gb == pytest.approx(56.0) and "trains all 7,000,000,000 parameters" in bf16.text
+    assert "FITS" in bf16.text and "NOT" in ex.plan("a 7B model", 1.0, "full-bf16", 8, 64).text  # 56 GB: 70 % of 80
+    assert ("full fine-tuning (bfloat16)", "full-bf16") in ex.method_options()
+    assert [k for _, k in ex.method_options()][:4] == list(mem.METHODS)
+    custom = ex.plan(ex.CUSTOM, 3.2, "full", 8, 80)
+    assert custom.estimate.gb == pytest.approx(51.2) and "FITS" in custom.text and "a 3.2B model" in custom.text
+    assert ex.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
+        2 * mem.assumed_adapter_params(7e9))
+    text, fig = ex.planner_view("a 70B model", 1.0, "qlora", 8, 80)
+    assert text == ex.plan("a 70B model", 1.0, "qlora", 8, 80).text
+    ax = fig.axes[0]
+    assert sum(round(p.get_height(), 2) for p in ax.patches) == pytest.approx(37.88, abs=0.02)
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == [56.0, 80.0]  # the usable 70 % and the budget
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"model": "GPT-9"}, ValueError, "model must be one of"),
+    ({"method": "dpo"}, ValueError, "method"),
+    ({"lora_rank": 0}, ValueError, "lora_rank"),
+    ({"lora_rank": 2.0}, TypeError, "lora_rank"),
+    ({"budget_gb": 0}, ValueError, "budget_gb"),
+    ({"budget_gb": float("nan")}, ValueError, "budget_gb"),
+    ({"model": "custom size (billions of parameters)", "billions": -1.0}, ValueError, "billions"),
+    ({"billions": "7"}, TypeError, "billions"),
+])
+def test_planner_rejects_bad_input(kwargs, error, match) -> None:
+    args = {"model": "a 7B model", "billions": 7.0, "method": "lora", "lora_rank": 8, "budget_gb": 16.0} | kwargs
+    with pytest.raises(error, match=match):
+        ex.plan(**args)
+
+
+def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
+    pytest.importorskip("ipywidgets")
+    import matplotlib.pyplot as plt
+
+    box = ex.budget_planner()
+    assert len(box.children) == 3
+    assert "Budget 16 GB" in capsys.readouterr().out  # outside a notebook the Output widget passes text through
+    budget = box.children[1].children[2]
+    assert budget.description == "memory (GB)"
+    budget.value = 24.0
+    assert "Budget 24 GB, usable 70% = 16.8 GB: FITS" in capsys.readouterr().out
+    plt.close("all")
+
+
+def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
+    box = ex.budget_planner(model="a 7B model")
+    model_dropdown, size_slider = box.children[0].children
+    size_slider.value = 30.0
+    assert model_dropdown.value == ex.CUSTOM
+
+
+def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
+    import matplotlib.pyplot as plt
+
+    p = ex.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
+    assert [b.label for b in p.budgets] == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    assert "T4 15.33 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
+    assert p.estimate.device == "cuda" and sum(p.estimate.categories().values()) == p.estimate.peak_bytes
+    _, fig = ex.step_planner_view("smollm2-135m", "full", 4, 512, True, "adamw8bit")
+    ax = fig.axes[0]
+    categories = list(ex.step_plan("smollm2-135m").estimate.categories())
+    assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == categories
+    assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
+        ex.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 24.0, 40.0, 80.0],
+                                                                                   abs=1e-3)
+    plt.close(fig)
+    bf16 = ex.step_plan("smollm2-135m", "full-bf16", 8, 128)
+    assert bf16.text.startswith("smollm2-135m, full fine-tuning (bfloat16), batch 8 x 128 tokens, AdamW: predicted")
+    assert bf16.estimate.optimizer_bytes < ex.step_plan("smollm2-135m", "full", 8, 128).estimate.optimizer_bytes / 1.9
+
+
+@pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),
+                                                ({"batch": 0}, ValueError, "batch"),
+                                                ({"checkpointing": 1}, TypeError, "checkpointing")])
+def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        ex.step_plan(**kwargs)
+
+
+def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
+    import matplotlib.pyplot as plt
+
+    box = ex.step_planner("smollm2-135m", "lora", 8, 512)
+    assert "predicted peak" in capsys.readouterr().out
+    method = box.children[0].children[1]
+    assert ("full fine-tuning (bfloat16)", "full-bf16") in method.options
+    method.value = "full-bf16"
+    assert "full fine-tuning (bfloat16)" in capsys.readouterr().out
+    box.children[1].children[3].value = True  # gradient checkpointing
+    assert "gradient checkpointing" in capsys.readouterr().out
+    plt.close("all")

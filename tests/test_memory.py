@@ -52,8 +52,7 @@ fits = the estimate uses at most 70% of the memory (the rest: activations, the s
 
 @pytest.mark.parametrize("model,method,gb,fit", LESSON_ROWS, ids=[f"{r[0]}-{r[1]}" for r in LESSON_ROWS])
 def test_every_value_of_the_lesson_table(model: str, method: str, gb: str, fit: tuple[bool, ...]) -> None:
-    size = next(m for m in mem.MODELS if m.name == model)
-    est = mem.estimate_model(size, method)
+    est = next(e for e in mem.estimate_table() if (e.model, e.method) == (model, method))
     assert f"{est.gb:.2f}" == gb
     assert tuple(est.fits(b.gb) for b in mem.BUDGETS) == fit
 
@@ -114,8 +113,8 @@ def test_smollm2_lora_and_the_7b_frozen_weights() -> None:
 
 def test_usable_and_fits_at_70_percent() -> None:
     assert [mem.usable_gb(b.gb) for b in mem.BUDGETS] == [11.2, 16.8, 56.0]
-    assert mem.fits(11.2, 16) and not mem.fits(11.21, 16)
-    assert mem.fits(0, 16)
+    assert mem.estimate(700_000_000, "full").gb == pytest.approx(11.2)  # 16 bytes per parameter
+    assert mem.estimate(700_000_000, "full").fits(16) and not mem.estimate(700_625_000, "full").fits(16)
 
 
 def test_a_t4_is_budgeted_at_what_a_process_can_use_and_the_70_percent_rule_applies_on_top() -> None:
@@ -186,9 +185,7 @@ def test_absurd_sizes_name_the_argument_and_the_range() -> None:
     with pytest.raises(ValueError, match="params must be"):
         mem.assumed_adapter_params(1e18)
     with pytest.raises(ValueError, match=r"^budget_gb must be a finite number between 0.01 and 10000, got 1e\+30$"):
-        mem.fits(1.0, 1e30)
-    with pytest.raises(ValueError, match="budget"):
-        mem.budgets_from_gb([16, 1e6])
+        mem.estimate(1e9, "full").fits(1e30)
     assert mem.estimate(mem.MIN_PARAMS, "full").total_bytes == 16_000 and mem.estimate(mem.MAX_PARAMS, "qlora").gb > 0
 
 
@@ -208,164 +205,9 @@ def test_estimate_rejects_bad_types_and_methods() -> None:
 @pytest.mark.parametrize("budget", [0, -16, float("nan")])
 def test_budget_must_be_positive(budget) -> None:
     with pytest.raises(ValueError, match="budget_gb"):
-        mem.fits(1.0, budget)
-    with pytest.raises(ValueError, match="budget"):
-        mem.budgets_from_gb([budget])
-
-
-# --------------------------------------------------------------------------------------------
-# Charts and the budget planner (its callback is a plain function)
-# --------------------------------------------------------------------------------------------
-def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
-    import matplotlib.pyplot as plt
-
-    from course_utils.lessons.memory_budget import plot_methods_vs_budgets
-
-    rows = mem.estimate_table([mem.MODELS[2]])
-    fig = plot_methods_vs_budgets(rows)
-    ax = fig.axes[0]
-    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() == "memory (GB)"
-    assert [round(p.get_height(), 2) for p in ax.patches] == [112.0, 28.29, 14.29, 3.79]
-    assert sorted(round(line.get_ydata()[0], 1) for line in ax.get_lines()) == [11.2, 16.8, 56.0]
-    plt.close(fig)
-    with pytest.raises(TypeError, match="estimates"):
-        plot_methods_vs_budgets([])
-
-
-def test_estimate_vs_measured_chart() -> None:
-    import matplotlib.pyplot as plt
-
-    from course_utils.lessons.memory_budget import plot_estimate_vs_measured
-
-    parts = mem.account_for_peak(_fake_measurement())
-    fig = plot_estimate_vs_measured(0.5436, parts)
-    ax = fig.axes[0]
-    assert ax.get_title() and ax.get_ylabel()
-    assert [t.get_text() for t in ax.texts] == ["0.54 GB", "1.88 GB", "0.54 GB", "1.90 GB"]
-    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["team's run:\nestimate", "team's run:\nmeasured"]
-    plt.close(fig)
-    with pytest.raises(ValueError, match="estimate_gb"):
-        plot_estimate_vs_measured(-1, parts)
-    with pytest.raises(ValueError, match="parts_gb"):
-        plot_estimate_vs_measured(0.5, [])
-
-
-def test_planner_answers_and_draws() -> None:
-    import matplotlib.pyplot as plt
-
-    from course_utils.lessons import memory_budget as wm
-
-    p = wm.plan("a 7B model", 1.0, "lora-bf16", 8, 16)
-    assert not p.fits and "14.29 GB" in p.text and "does NOT fit" in p.text and "11.2 GB" in p.text
-    assert wm.plan("a 7B model", 1.0, "lora-bf16", 8, 24).fits
-    smol = wm.plan("SmolLM2-135M (config)", 1.0, "lora", 8, 16)
-    assert smol.fits and "460,800 numbers (counted from the config)" in smol.text and "0.54 GB" in smol.text
-    bf16 = wm.plan("a 7B model", 1.0, "full-bf16", 8, 80)
-    assert bf16.estimate.gb == pytest.approx(56.0) and "trains all 7,000,000,000 parameters" in bf16.text
-    assert bf16.fits and not wm.plan("a 7B model", 1.0, "full-bf16", 8, 64).fits  # 56 GB: exactly 70 % of 80 GB
-    assert ("full fine-tuning (bfloat16)", "full-bf16") in wm.method_options()
-    assert [k for _, k in wm.method_options()][:4] == list(mem.METHODS)
-    custom = wm.plan(wm.CUSTOM, 3.2, "full", 8, 80)
-    assert custom.estimate.gb == pytest.approx(51.2) and custom.fits and "a 3.2B model" in custom.text
-    assert wm.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
-        2 * mem.assumed_adapter_params(7e9))
-    fig = wm.planner_view("a 70B model", 1.0, "qlora", 8, 80)
-    heights = [round(p.get_height(), 2) for p in fig.axes[0].patches]
-    assert sum(heights) == pytest.approx(37.88, abs=0.02)
-    plt.close(fig)
-
-
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"model": "GPT-9"}, ValueError, "model must be one of"),
-    ({"method": "dpo"}, ValueError, "method"),
-    ({"lora_rank": 0}, ValueError, "lora_rank"),
-    ({"lora_rank": 2.0}, TypeError, "lora_rank"),
-    ({"budget_gb": 0}, ValueError, "budget_gb"),
-    ({"budget_gb": float("nan")}, ValueError, "budget_gb"),
-    ({"model": "custom size (billions of parameters)", "billions": -1.0}, ValueError, "billions"),
-    ({"billions": "7"}, TypeError, "billions"),
-])
-def test_planner_rejects_bad_input(kwargs, error, match) -> None:
-    from course_utils.lessons import memory_budget as wm
-
-    args = {"model": "a 7B model", "billions": 7.0, "method": "lora", "lora_rank": 8, "budget_gb": 16.0} | kwargs
-    with pytest.raises(error, match=match):
-        wm.plan(**args)
-
-
-def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
-    pytest.importorskip("ipywidgets")
-    import matplotlib.pyplot as plt
-
-    from course_utils.lessons.memory_budget import budget_planner
-
-    box = budget_planner()
-    assert len(box.children) == 3
-    assert "Budget 16 GB" in capsys.readouterr().out  # outside a notebook the Output widget passes text through
-    budget = box.children[1].children[2]
-    assert budget.description == "memory (GB)"
-    budget.value = 24.0
-    assert "Budget 24 GB, usable 70% = 16.8 GB: FITS" in capsys.readouterr().out
-    plt.close("all")
-
-
-def test_moving_the_size_slider_switches_the_planner_to_a_custom_size() -> None:
-    from course_utils.lessons import memory_budget as wm
-
-    box = wm.budget_planner(model="a 7B model")
-    model_dropdown, size_slider = box.children[0].children
-    size_slider.value = 30.0
-    assert model_dropdown.value == wm.CUSTOM
-
-
-def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
-    import matplotlib.pyplot as plt
-
-    from course_utils.step_memory import CATEGORIES
-    from course_utils.lessons import memory_budget as wm
-
-    p = wm.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
-    assert [b.label for b in p.budgets] == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
-    assert "T4 15.33 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
-    assert p.estimate.device == "cuda" and sum(p.estimate.categories().values()) == p.estimate.peak_bytes
-    fig = wm.step_planner_view("smollm2-135m", "full", 4, 512, True, "adamw8bit")
-    ax = fig.axes[0]
-    assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == list(CATEGORIES)
-    assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
-        wm.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 24.0, 40.0, 80.0],
-                                                                                   abs=1e-3)
-    plt.close(fig)
-    bf16 = wm.step_plan("smollm2-135m", "full-bf16", 8, 128)
-    assert bf16.text.startswith("smollm2-135m, full fine-tuning (bfloat16), batch 8 x 128 tokens, AdamW: predicted")
-    assert bf16.estimate.optimizer_bytes < wm.step_plan("smollm2-135m", "full", 8, 128).estimate.optimizer_bytes / 1.9
-
-
-@pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),
-                                                ({"batch": 0}, ValueError, "batch"),
-                                                ({"checkpointing": 1}, TypeError, "checkpointing"),
-                                                ({"gpus": ("T4", "X9")}, ValueError, "X9")])
-def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
-    from course_utils.lessons import memory_budget as wm
-
-    with pytest.raises(error, match=match):
-        wm.step_plan(**kwargs)
-
-
-def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
-    import matplotlib.pyplot as plt
-
-    from course_utils.lessons import memory_budget as wm
-
-    box = wm.step_planner("smollm2-135m", "lora", 8, 512)
-    assert "predicted peak" in capsys.readouterr().out
-    method = box.children[0].children[1]
-    assert ("full fine-tuning (bfloat16)", "full-bf16") in method.options
-    method.value = "full-bf16"
-    assert "full fine-tuning (bfloat16)" in capsys.readouterr().out
-    box.children[1].children[3].value = True  # gradient checkpointing
-    assert "gradient checkpointing" in capsys.readouterr().out
-    plt.close("all")
+        mem.estimate(1e9, "full").fits(budget)
+    with pytest.raises(ValueError, match="budget_gb"):
+        mem.what_fits(budget)
 
 
 def test_rounded_peak_parts_add_up_to_the_rounded_peak() -> None:

@@ -33,15 +33,16 @@ def test_quantization_configs(monkeypatch) -> None:
     assert M.quantization_config(16) is None
     eight = M.quantization_config(8)
     assert eight.load_in_8bit and not eight.load_in_4bit
-    four = M.quantization_config(4, device="cpu")
+    four = M.load_settings(4, "cpu")["quantization_config"]
     assert four.load_in_4bit and four.bnb_4bit_quant_type == "nf4"
     assert four.bnb_4bit_compute_dtype == torch.bfloat16
     # A T4 (compute capability 7.5) computes in float16, an A100 in bfloat16.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    assert M.quantization_config(4, device="cuda").bnb_4bit_compute_dtype == torch.float16
+    assert M.load_settings(4, "cuda:0")["quantization_config"].bnb_4bit_compute_dtype == torch.float16
+    assert M.quantization_config(4).bnb_4bit_compute_dtype == torch.float16  # default: this machine's device
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert M.quantization_config(4, device="cuda").bnb_4bit_compute_dtype == torch.bfloat16
+    assert M.load_settings(4, "cuda:0")["quantization_config"].bnb_4bit_compute_dtype == torch.bfloat16
     with pytest.raises(ValueError, match="compute_dtype"):
         M.quantization_config(4, torch.int8)
 
@@ -85,10 +86,17 @@ def _linear4bit_layers(model) -> list:
     return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
 
 
+def _load_4bit_as_is(folder):
+    """The same from_pretrained call as load_model's, without keep_4bit_trainable_on_cpu: the layers as loaded."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, **M.load_settings(4, "cpu"))
+
+
 @needs_bnb
 def test_the_repack_guard_catches_repacked_weights_on_any_cpu(tiny_standin) -> None:
     """The guard, tested by marking a layer as bitsandbytes' repack does: it needs no AVX-512-bf16."""
-    model = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)  # as loaded: no switch yet
+    model = _load_4bit_as_is(tiny_standin)  # as loaded: no switch yet
     assert M.keep_4bit_trainable_on_cpu(model) == 2 * 7  # 2 layers x 7 projections
     assert all(m.support_avx512bf16_for_cpu is False for m in _linear4bit_layers(model))
     _linear4bit_layers(model)[3].weight.quant_state.packing_format_for_cpu = True  # what the repack sets
@@ -115,7 +123,7 @@ def test_the_repack_decision_with_the_feature_on_and_off(tiny_standin, monkeypat
 
     monkeypatch.setattr(modules, "has_avx512bf16", lambda: cpu_has_avx512bf16)
     monkeypatch.setattr(modules, "_convert_weight_packed_for_cpu", recorder)
-    untouched = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    untouched = _load_4bit_as_is(tiny_standin)
     assert all(m.support_avx512bf16_for_cpu is cpu_has_avx512bf16 for m in _linear4bit_layers(untouched))
     layer = _linear4bit_layers(untouched)[0]
     x = torch.randn(2, layer.in_features)
@@ -141,7 +149,7 @@ def test_a_real_repack_on_a_cpu_with_avx512bf16(tiny_standin) -> None:
 
     if not getattr(functional, "has_avx512bf16", lambda: False)():  # absent before bitsandbytes 0.49
         pytest.skip("this CPU has no AVX-512-bf16; the decision is tested both ways above")
-    fresh = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    fresh = _load_4bit_as_is(tiny_standin)
     M.generate_text(fresh, M.load_tokenizer(tiny_standin), "Hello", max_new_tokens=2)  # repacks for inference
     with pytest.raises(RuntimeError, match="repacked"):
         M.keep_4bit_trainable_on_cpu(fresh)
@@ -161,11 +169,6 @@ def test_training_batches_mask_the_padding(tiny_standin) -> None:
             M.training_batches(tok, texts, **kwargs)
     with pytest.raises(ValueError, match="texts"):
         M.training_batches(tok, "not a list")
-
-
-def test_mean_loss_needs_batches(tiny_standin) -> None:
-    with pytest.raises(ValueError, match="batches"):
-        M.mean_loss(M.load_model(tiny_standin, 16, device="cpu"), [])
 
 
 def test_generate_bad_input(tiny_standin) -> None:
@@ -189,8 +192,9 @@ def test_shipped_training_texts() -> None:
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("version, key", [((4, 55), "torch_dtype"), ((4, 56), "dtype"), ((4, 57), "dtype"),
                                           ((5, 24), "dtype")])
-def test_dtype_keyword_follows_the_transformers_version(version, key) -> None:
-    assert M.dtype_kwargs(torch.float16, version) == {key: torch.float16}
+def test_dtype_keyword_follows_the_transformers_version(monkeypatch, version, key) -> None:
+    monkeypatch.setattr(M, "transformers_version", lambda: version)
+    assert M.dtype_kwargs(torch.float16) == {key: torch.float16}
 
 
 def test_dtype_keyword_of_the_installed_transformers() -> None:
@@ -274,7 +278,7 @@ def test_without_bitsandbytes_16_bit_still_loads_and_4_bit_says_why(no_bitsandby
     assert M.quantization_config(16) is None
     for bits in (8, 4):
         with pytest.raises(RuntimeError, match=f"loading in {bits} bits needs bitsandbytes.*pip install"):
-            M.quantization_config(bits, device="cpu")
+            M.quantization_config(bits, torch.bfloat16)
         with pytest.raises(RuntimeError, match="needs bitsandbytes"):
             M.load_model(tiny_standin, bits, device="cpu")
     model = M.load_model(tiny_standin, 16, device="cpu")
@@ -307,8 +311,6 @@ def test_a_4_bit_load_is_kept_trainable_and_its_layers_counted(tiny_standin) -> 
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(layers) == 2 * 7
     assert all(m.support_avx512bf16_for_cpu is False for m in layers)  # the repack is off from the load on
-    untouched = M.load_model(tiny_standin, 4, device="cpu", keep_trainable=False)
+    untouched = _load_4bit_as_is(tiny_standin)
     assert sum(isinstance(m, bnb.nn.Linear4bit) for m in untouched.modules()) == 14
     assert not any(isinstance(m, bnb.nn.Linear4bit) for m in M.load_model(tiny_standin, 16, device="cpu").modules())
-    with pytest.raises(TypeError, match="keep_trainable"):
-        M.load_model(tiny_standin, 4, device="cpu", keep_trainable="yes")  # type: ignore[arg-type]

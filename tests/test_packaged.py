@@ -216,7 +216,7 @@ def test_a_real_conversion_of_a_tiny_gguf(tmp_path) -> None:
 def test_main_prints_one_line(monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setattr(packaged, "converted", lambda folder=None: None)
     monkeypatch.setattr(packaged, "convert", lambda folder=None, gguf=None: tmp_path)
-    assert packaged.main([]) == 0
+    assert packaged.main() == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "converted in" in out[0] and str(tmp_path) in out[0]
 
@@ -224,7 +224,7 @@ def test_main_prints_one_line(monkeypatch, capsys, tmp_path) -> None:
         raise FileNotFoundError(packaged.PIP_INSTALL)
 
     monkeypatch.setattr(packaged, "convert", missing)
-    assert packaged.main([]) == 0  # optional: the notebooks fall back to the stand-in
+    assert packaged.main() == 0  # optional: the notebooks fall back to the stand-in
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "not converted" in out[0] and "pip install" in out[0]
 

@@ -12,6 +12,7 @@ stay fast; the 135M model itself is exercised by notebook 01b. The tiny config i
 from __future__ import annotations
 
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -180,7 +181,7 @@ def test_standin_cache_falls_back_to_the_temp_dir(monkeypatch, tmp_path) -> None
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("COURSE_UTILS_CACHE", str(blocker / "cache"))  # cannot be created
-    monkeypatch.setattr(standin.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))  # the cache's fallback folder
     path = standin.ensure_standin(tiny_config(), seed=0)
     assert path.parent == tmp_path / "tmp" / "course_utils" and (path / "config.json").exists()
     with pytest.raises(OSError):

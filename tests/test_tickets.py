@@ -24,17 +24,18 @@ def test_the_shipped_tickets() -> None:
     assert len({t.team for t in train[:4]}) == 4  # interleaved: the loop's first steps see every team
 
 
-def test_load_tickets_rejects_bad_files(tmp_path) -> None:
+def test_load_tickets_rejects_bad_files(monkeypatch, tmp_path) -> None:
     bad = tmp_path / "bad.jsonl"
+    monkeypatch.setattr(T, "data_path", lambda *parts: bad)
     bad.write_text(json.dumps({"text": "hello", "team": "sales"}) + "\n")
     with pytest.raises(ValueError, match="team must be one of"):
-        T.load_tickets(path=bad)
+        T.load_tickets()
     bad.write_text(json.dumps({"text": " ", "team": "billing"}) + "\n")
     with pytest.raises(ValueError, match="text"):
-        T.load_tickets(path=bad)
+        T.load_tickets()
     bad.write_text("\n")
     with pytest.raises(ValueError, match="no tickets"):
-        T.load_tickets(path=bad)
+        T.load_tickets()
     with pytest.raises(ValueError, match="split"):
         T.load_tickets("test")
 
@@ -62,10 +63,6 @@ def test_answer_text_round_trips() -> None:
     for team in T.TEAMS:
         assert T.parse_answer(T.answer_text(team)) == team
     assert T.answer_text("billing") == '{"team": "billing"}'
-    with pytest.raises(ValueError, match="team"):
-        T.answer_text("sales")
-    with pytest.raises(TypeError, match="text"):
-        T.parse_answer(None)  # type: ignore[arg-type]
 
 
 def test_score_counts_valid_and_right() -> None:
@@ -74,13 +71,8 @@ def test_score_counts_valid_and_right() -> None:
                "I think billing", '{"team": "sales"}']
     score = T.score(answers, heldout)
     assert (score.valid, score.right, score.total) == (3, 1, 4)
-    assert score.at_least("valid", 3) and not score.at_least("valid", 4) and score.at_least("right", 1)
     with pytest.raises(ValueError, match="one answer per ticket"):
         T.score(answers[:2], heldout)
-    with pytest.raises(ValueError, match="count"):
-        score.at_least("valid", 5)
-    with pytest.raises(ValueError, match="what"):
-        score.at_least("teams", 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,10 +86,8 @@ def test_prompt_uses_the_chat_template_where_there_is_one(tiny_standin) -> None:
     assert plain.startswith(T.INSTRUCTION) and ticket.text in plain and plain.endswith("Answer: ")
     tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
                          "{% if add_generation_prompt %}<assistant>{% endif %}")
-    chat = T.prompt_text(tok, ticket.text)
+    chat = T.prompt_text(tok, ticket)
     assert chat == f"<system>{T.INSTRUCTION}<user>{ticket.text}<assistant>"
-    with pytest.raises(ValueError, match="ticket"):
-        T.prompt_text(tok, " ")
 
 
 def test_training_example_labels_the_answer_only(tiny_standin) -> None:

@@ -51,13 +51,6 @@ def test_unsloth_is_never_installed_into_a_running_kernel(monkeypatch, colab: bo
     assert "peft cells above did the same job" in text
 
 
-def test_install_command_bad_input() -> None:
-    with pytest.raises(TypeError, match="colab"):
-        unsloth.unsloth_install_command("yes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="gpu_here"):
-        unsloth.unsloth_install_command(True, gpu_here=1)  # type: ignore[arg-type]
-
-
 def test_unsloth_importable_reads_the_spec(monkeypatch) -> None:
     import importlib.util
 

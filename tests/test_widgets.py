@@ -48,10 +48,9 @@ BUILDERS: dict[str, tuple[Callable[[], Any], dict[str, list[int]]]] = {
     "gradient_accumulation.micro_batch_widget": (
         _build("gradient_accumulation", "micro_batch_widget", ROWS, 8000, 16), {}),
     "mixed_precision.tiny_update_widget": (_build("mixed_precision", "tiny_update_widget", 1e-4), {}),
-    "mixed_precision.matmul_widget": (_build("mixed_precision", "matmul_widget", 256, "cpu"), {"matrix side": [1, 0]}),
+    "mixed_precision.matmul_widget": (_build("mixed_precision", "matmul_widget", "cpu"), {"matrix side": [1, 0]}),
     "quantization.eight_numbers_widget": (_build("quantization", "eight_numbers_widget"), {}),
-    "quantization.error_widget": (_build("quantization", "error_widget", torch.randn(32, 64, generator=torch.Generator()
-                                                                        .manual_seed(0))), {}),
+    "quantization.error_widget": (_build("quantization", "error_widget"), {}),
     "quantization.format_widget": (lambda: _build("quantization", "format_widget", *_tiny_digits())(), {}),
     "real_models_qlora.four_bit_ratio_panel": (_build("real_models_qlora", "four_bit_ratio_panel"), {}),
     "memory_tricks.bottleneck_planner": (_build("memory_tricks", "bottleneck_planner"), {}),

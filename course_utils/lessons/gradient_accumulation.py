@@ -12,25 +12,10 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from course_utils import accumulation as acc
 from course_utils import checks
-from course_utils.accumulation import MicroBatchRow, find_row, micro_batch_summary, proportion_check
-from course_utils.lessons.kit import (
-    COLORS,
-    Feedback,
-    check_function,
-    check_number,
-    interact_panel,
-    is_placeholder,
-    plt,
-    right,
-    unanswered,
-    wrong,
-)
+from course_utils.accumulation import MicroBatchRow
+from course_utils.lessons import kit
+from course_utils.lessons.kit import Feedback, plt
 from course_utils.units import format_bytes
-
-
-def _check_rows(rows: Sequence[MicroBatchRow]) -> None:
-    if not rows:
-        raise ValueError("rows must hold at least one measured micro-batch size")
 
 
 def plot_micro_batch_sweep(rows: Sequence[MicroBatchRow], highlight: int | None = None,
@@ -40,70 +25,37 @@ def plot_micro_batch_sweep(rows: Sequence[MicroBatchRow], highlight: int | None 
     ``highlight`` marks one micro-batch size; ``budget_bytes`` draws the activation memory a pretend GPU
     has room for.
     """
-    _check_rows(rows)
+    if not rows:
+        raise ValueError("rows must hold at least one measured micro-batch size")
     if highlight is not None:
-        find_row(rows, highlight)
+        acc.find_row(rows, highlight)
     if budget_bytes is not None:
         checks.positive(budget_bytes, "budget_bytes")
     sizes = [r.micro_batch_size for r in rows]
     batch = rows[0].micro_batch_size * rows[0].accumulation_steps
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.8))
     fig.suptitle(f"One batch of {batch}, run as micro-batches: same gradient, less memory, more time")
-
-    mem_kb = [r.activation_bytes / 1e3 for r in rows]
-    ax_mem.plot(sizes, mem_kb, "o-", color=COLORS["measured"], label="measured")
-    if budget_bytes is not None:
-        ax_mem.axhline(budget_bytes / 1e3, color=COLORS["float16"], linestyle="--",
+    panels = (  # axes, values, colour, title, y label, legend corner
+        (ax_mem, [r.activation_bytes / 1e3 for r in rows], "measured", "Activation memory of one micro-batch",
+         "activation memory (KB)", "upper left"),
+        (ax_time, [r.seconds * 1e3 for r in rows], "estimate", f"Time for all {batch} examples (forward + backward)",
+         "wall time (ms)", "upper right"),
+    )
+    for ax, values, color, title, ylabel, corner in panels:
+        ax.plot(sizes, values, "o-", color=kit.COLORS[color], label="measured")
+        if budget_bytes is not None and ax is ax_mem:
+            ax.axhline(budget_bytes / 1e3, color=kit.COLORS["float16"], linestyle="--",
                        label=f"room on the pretend GPU ({format_bytes(budget_bytes)})")
-    ax_mem.set_title("Activation memory of one micro-batch")
-    ax_mem.set_xlabel("micro-batch size (examples)")
-    ax_mem.set_ylabel("activation memory (KB)")
-
-    ms = [r.seconds * 1e3 for r in rows]
-    ax_time.plot(sizes, ms, "o-", color=COLORS["estimate"], label="measured")
-    ax_time.set_title(f"Time for all {batch} examples (forward + backward)")
-    ax_time.set_xlabel("micro-batch size (examples)")
-    ax_time.set_ylabel("wall time (ms)")
-
-    for ax in (ax_mem, ax_time):
+        ax.set(title=title, xlabel="micro-batch size (examples)", ylabel=ylabel, yscale="log")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
-    for ax in (ax_mem, ax_time):
-        ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 100, not 10^2
         ax.yaxis.set_minor_formatter(NullFormatter())
-    if highlight is not None:
-        row = find_row(rows, highlight)
-        ax_mem.plot([highlight], [row.activation_bytes / 1e3], "o", markersize=14, markerfacecolor="none",
+        if highlight is not None:
+            ax.plot([highlight], [values[sizes.index(highlight)]], "o", markersize=14, markerfacecolor="none",
                     markeredgecolor="black", label=f"micro-batch {highlight}")
-        ax_time.plot([highlight], [row.seconds * 1e3], "o", markersize=14, markerfacecolor="none",
-                     markeredgecolor="black", label=f"micro-batch {highlight}")
-    ax_mem.legend(loc="upper left", fontsize=8)
-    ax_time.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def describe_micro_batch_sweep(rows: Sequence[MicroBatchRow], budget_bytes: int | None = None) -> str:
-    """The text description printed under the chart, with this run's numbers."""
-    _check_rows(rows)
-    small = min(rows, key=lambda r: r.micro_batch_size)
-    big = max(rows, key=lambda r: r.micro_batch_size)
-    batch = big.micro_batch_size * big.accumulation_steps
-    growth = ("grows in proportion to the micro-batch size" if proportion_check(rows).holds
-              else "grows with the micro-batch size, but not in proportion")
-    text = (f"Left panel: activation memory {growth}, from "
-            f"{format_bytes(small.activation_bytes)} at micro-batch {small.micro_batch_size} to "
-            f"{format_bytes(big.activation_bytes)} at {big.micro_batch_size}. "
-            f"Right panel: the time for all {batch} examples falls as micro-batches grow, from "
-            f"{small.seconds * 1e3:.1f} ms ({small.accumulation_steps} micro-batches) to "
-            f"{big.seconds * 1e3:.1f} ms ({big.accumulation_steps}). "
-            f"Every size gives the same gradient: {all(r.same_gradient for r in rows)}.")
-    if budget_bytes is not None:
-        fitting = [r.micro_batch_size for r in rows if r.activation_bytes <= budget_bytes]
-        text += (f" The dashed line is the room on the pretend GPU ({format_bytes(budget_bytes)}); "
-                 f"micro-batch sizes that fit under it: {fitting}.")
-    return text
+        ax.legend(loc=corner, fontsize=8)
+    return kit.finish(fig)
 
 
 def show_micro_batch(micro_batch_size: int, rows: Sequence[MicroBatchRow], budget_bytes: int | None = None) -> Any:
@@ -112,8 +64,7 @@ def show_micro_batch(micro_batch_size: int, rows: Sequence[MicroBatchRow], budge
     ``rows`` come from :func:`course_utils.accumulation.sweep_micro_batches` (measured once, so moving the
     slider is instant). Returns the figure (also shown).
     """
-
-    print(micro_batch_summary(rows, micro_batch_size, budget_bytes))
+    print(acc.micro_batch_summary(rows, micro_batch_size, budget_bytes))
     fig = plot_micro_batch_sweep(rows, highlight=micro_batch_size, budget_bytes=budget_bytes)
     plt.show()
     return fig
@@ -128,15 +79,15 @@ def micro_batch_widget(rows: Sequence[MicroBatchRow], budget_bytes: int | None =
         raise ValueError(f"value must be one of the measured sizes {sizes}, got {value!r}")
     slider = w.SelectionSlider(options=sizes, value=value, description="micro-batch",
                                continuous_update=False, style={"description_width": "initial"})
-    return interact_panel(partial(show_micro_batch, rows=rows, budget_bytes=budget_bytes), micro_batch_size=slider)
+    return kit.interact_panel(partial(show_micro_batch, rows=rows, budget_bytes=budget_bytes), micro_batch_size=slider)
 
 
 #: Exercise 1: a recipe's effective batch on one GPU, the micro-batch that fits, and a colleague's uneven choice.
-TRIPS_CASE = {"batch_size": 48, "micro_batch_size": 8, "uneven_micro_batch_size": 10}
+_TRIPS_BATCH, _TRIPS_MICRO, _TRIPS_UNEVEN = 48, 8, 10
 
 #: Exercise 2's hand-made cases: ``((mean_losses, token_counts), batch loss)``. The first tells every typical
 #: mistake apart; the second has equal counts, where the mean of the means happens to be right.
-BATCH_LOSS_CASES: tuple[tuple[tuple[list[float], list[int]], float], ...] = (
+_BATCH_LOSS_CASES: tuple[tuple[tuple[list[float], list[int]], float], ...] = (
     (([2.0, 4.0], [1, 3]), 3.5),
     (([1.0, 3.0], [5, 5]), 2.0),
     (([2.5], [7]), 2.5),
@@ -144,25 +95,16 @@ BATCH_LOSS_CASES: tuple[tuple[tuple[list[float], list[int]], float], ...] = (
 )
 
 
-def expected_steps() -> int:
-    """Exercise 1, part 1: accumulation steps for the batch of 48 in micro-batches of 8 (one GPU)."""
-    return acc.accumulation_steps_for(TRIPS_CASE["batch_size"], TRIPS_CASE["micro_batch_size"])
-
-
-def expected_last_trip_weight() -> float:
-    """Exercise 1, part 2: one example's weight in the short last trip, each trip's mean divided by the trips."""
-    trips = acc.trip_sizes(TRIPS_CASE["batch_size"], TRIPS_CASE["uneven_micro_batch_size"])
-    return acc.weight_per_item(trips, "micro_mean")[-1]
-
-
 def check_trips(steps: Any, last_trip_weight: Any) -> Feedback:
     """Exercise 1: the steps for 48 = 8 x steps, and one example's weight in the short trip of a loop in 10s."""
-    batch, micro = TRIPS_CASE["batch_size"], TRIPS_CASE["micro_batch_size"]
-    uneven = TRIPS_CASE["uneven_micro_batch_size"]
+    batch, micro, uneven = _TRIPS_BATCH, _TRIPS_MICRO, _TRIPS_UNEVEN
     trips = acc.trip_sizes(batch, uneven)
     n_trips, last = len(trips), trips[-1]
-    want_steps = expected_steps()
-    first = check_number(
+    # the answers: accumulation steps on one GPU, and each trip's mean divided by the trips, in the short trip
+    want_steps = acc.accumulation_steps_for(batch, micro)
+    weights = acc.weight_per_item(trips, "micro_mean")
+    want, others = weights[-1], weights[0]
+    first = kit.check_number(
         steps, want_steps, name="steps", what=f"the number of micro-batches of {micro} per update",
         rel_tol=0, abs_tol=1e-9,
         mistakes=[(batch * micro, f"micro-batch x steps = batch, so divide: steps = {batch} / {micro}."),
@@ -173,11 +115,10 @@ def check_trips(steps: Any, last_trip_weight: Any) -> Feedback:
         hint=f"steps = effective batch / micro-batch (one GPU), as in acc.accumulation_steps_for({batch}, {micro}).")
     if not first.correct:
         return first
-    want = expected_last_trip_weight()
-    if is_placeholder(last_trip_weight):
-        done = unanswered("last_trip_weight", "the weight of one example of the last trip (e.g. 1 / 7)")
+    if kit.is_placeholder(last_trip_weight):
+        done = kit.unanswered("last_trip_weight", "the weight of one example of the last trip (e.g. 1 / 7)")
         return Feedback(False, f"steps = {want_steps} is right; now {done.message}", answered=False)
-    second = check_number(
+    second = kit.check_number(
         last_trip_weight, want, name="last_trip_weight", what="the weight of one example of the last trip",
         rel_tol=0.01,
         mistakes=[(1 / batch, f"1/{batch} is what every example gets in the big batch, and what a correct loop "
@@ -192,8 +133,7 @@ def check_trips(steps: Any, last_trip_weight: Any) -> Feedback:
         hint=f"One example of a trip of n examples weighs (1 / n) x (1 / {n_trips}).")
     if not second.correct:
         return second
-    others = acc.weight_per_item(trips, "micro_mean")[0]
-    return right(f"steps = {want_steps}, and last_trip_weight = 1/{round(1 / want)} = {want:g}: each of the "
+    return kit.right(f"steps = {want_steps}, and last_trip_weight = 1/{round(1 / want)} = {want:g}: each of the "
                  f"{last} examples of the short trip counts {want / others:.2f}x as much as the others (1/"
                  f"{round(1 / others)}), instead of 1/{batch} for all. That is why acc.accumulation_steps_for("
                  f"{batch}, {uneven}) refuses the split.")
@@ -211,17 +151,13 @@ def token_case() -> tuple[list[float], list[int], float]:
     with torch.random.fork_rng(devices=[]):  # the model seeds torch's generator: leave the caller's untouched
         model = acc.TinyTokenModel()
     with torch.no_grad():
-        means, counts = [], []
-        for tb, lb in zip(acc.micro_batches(tokens, 2), acc.micro_batches(labels, 2)):
-            loss_sum, n = acc.token_loss_sum(model, tb, lb)
-            means.append(float(loss_sum) / n)
-            counts.append(n)
+        sums = [acc.token_loss_sum(model, tb, lb) for tb, lb in zip(tokens.split(2), labels.split(2))]
         total, n_all = acc.token_loss_sum(model, tokens, labels)
-    return means, counts, float(total) / n_all
+    return [float(s) / n for s, n in sums], [n for _, n in sums], float(total) / n_all
 
 
 #: Exercise 2's typical wrong formulas, each with the hint it earns.
-BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], float], str], ...] = (
+_BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], float], str], ...] = (
     (lambda m, n: sum(m) / len(m),
      "That is the mean of the micro-batch means: the padding trap. A micro-batch of 6 tokens then counts as much as "
      "one of 58. Weight each mean by its number of tokens."),
@@ -241,24 +177,11 @@ BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], floa
 def check_batch_loss(fn: Any) -> Feedback:
     """Exercise 2: ``fn(mean_losses, token_counts)`` must give the batch's mean loss per real token."""
     means, counts, full = token_case()
-    cases = [*BATCH_LOSS_CASES, ((means, counts), full)]
+    cases = [*_BATCH_LOSS_CASES, ((means, counts), full)]
     hint = ("Each micro-batch's mean times its token count is its summed loss; add those up and divide by all the "
             "real tokens of the batch.")
-    verdict = check_function(fn, cases, name="batch_loss", rel_tol=1e-5, hint=hint)
-    if verdict.correct or not verdict.answered or not callable(fn):
-        if verdict.correct:
-            return right(f"batch_loss gives the big batch's mean token loss on all {len(cases)} cases, including "
+    verdict = kit.check_function(fn, cases, name="batch_loss", rel_tol=1e-5, hint=hint, mistakes=_BATCH_LOSS_MISTAKES)
+    if verdict.correct:
+        return kit.right(f"batch_loss gives the big batch's mean token loss on all {len(cases)} cases, including "
                          f"the notebook's batch ({counts} tokens: {full:.4f}).")
-        return verdict
-    for mistake, why in BATCH_LOSS_MISTAKES:
-        if all(_matches(fn, args, mistake(*args)) for args, _ in cases):
-            return wrong(verdict.message, why)
     return verdict
-
-
-def _matches(fn: Callable[..., Any], args: tuple, value: float) -> bool:
-    """True when ``fn(*args)`` returns ``value`` (up to rounding); False when it differs or raises."""
-    try:
-        return abs(float(fn(*[list(a) for a in args])) - value) <= 1e-6 * max(1.0, abs(value))
-    except Exception:  # noqa: BLE001 - any error means "not this mistake"
-        return False

@@ -1,20 +1,26 @@
 """What every lesson module shares: one chart style, the widget wiring, and the exercise checks.
 
-- Charts: :data:`COLORS` and :func:`new_figure`, so that every chart is titled and labelled alike; the notebook
-  writes a text description under each one.
-- Widgets: :func:`interact_panel` wires ipywidgets controls to a plain callback, which is tested without a
-  browser. ipywidgets is imported only when a widget is built.
+- Charts: :data:`COLORS`, :func:`new_figure` and :func:`finish`, so that every chart is titled, labelled and laid
+  out alike; the notebook writes a text description under each one.
+- Widgets: :func:`interact_panel` wires ipywidgets controls to a plain callback, and :func:`view_panel` to a view
+  that returns its text (and figure); both are tested without a browser. ipywidgets is imported only when a
+  widget is built.
 - Exercises: a checker never raises on a student's answer. It returns a :class:`Feedback` (right; not answered
   yet, for ``...`` or ``None``; or what is wrong, with a hint). :func:`check_number`, :func:`check_choice` and
-  :func:`check_function` are the three kinds of check. Worked solutions stay in the notebooks.
+  :func:`check_function` are the three kinds of check (an answer in GB gets the hints for the unit slips
+  every such answer can make); :func:`call_answer` calls a student's function for a checker of its own.
+  Worked solutions stay in the notebooks.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import matplotlib
+
+from course_utils.units import GB
 
 matplotlib.rcParams.update({"figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False,
                             "axes.grid": True, "grid.alpha": 0.3, "font.size": 10})
@@ -28,30 +34,47 @@ COLORS = {"float32": "#4C72B0", "bfloat16": "#55A868", "float16": "#C44E52", "in
 
 def new_figure(title: str, xlabel: str, ylabel: str, figsize: tuple[float, float] = (7.0, 3.6)) -> tuple[Any, Any]:
     """A figure with one axes, titled and labelled. Returns ``(fig, ax)``."""
-    for name, value in (("title", title), ("xlabel", xlabel), ("ylabel", ylabel)):
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{name} must be a non-empty string: every chart is titled and labelled")
     fig, ax = plt.subplots(figsize=figsize)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     return fig, ax
 
 
-def interact_panel(callback: Callable[..., Any], **controls: Any) -> Any:
+def finish(fig: Any, ax: Any = None, **legend: Any) -> Any:
+    """Lay ``fig`` out and return it; with ``ax``, first give ``ax`` a frameless legend (``legend``: its options)."""
+    if ax is not None:
+        ax.legend(frameon=False, **legend)
+    fig.tight_layout()
+    return fig
+
+
+def interact_panel(callback: Callable[..., Any], *, first_row: Sequence[str] = (), **controls: Any) -> Any:
     """Wire ``controls`` (ipywidgets) to ``callback`` and return a box with the controls above its output.
 
     Uses ``ipywidgets.interactive_output``: the callback's printed text and figures appear in the output
-    area and are redrawn whenever a control changes. The initial call happens here, once.
+    area and are redrawn whenever a control changes. The initial call happens here, once. The controls named in
+    ``first_row`` get a row of their own, above the others.
     """
     import ipywidgets as w
 
     out = w.interactive_output(callback, controls)
-    return w.VBox([w.HBox(list(controls.values())), out])
+    rows = [[c for k, c in controls.items() if (k in first_row) == top] for top in (True, False)]
+    return w.VBox([*(w.HBox(row) for row in rows if row), out])
 
 
-#: What an unanswered exercise holds: the notebooks write ``answer = ...`` (Ellipsis) or ``None``.
-PLACEHOLDERS = (Ellipsis, None)
+def view_panel(view: Callable[..., Any], *, first_row: Sequence[str] = (), **controls: Any) -> Any:
+    """:func:`interact_panel` for a view that returns its text, or ``(text, figure)``: each change prints the text
+    and shows the figure (then closes it, so that it is not drawn twice)."""
+    from IPython.display import display
+
+    def redraw(**values: Any) -> None:
+        shown = view(**values)
+        text, fig = shown if isinstance(shown, tuple) else (shown, None)
+        print(text)
+        if fig is not None:
+            display(fig)
+            plt.close(fig)
+
+    return interact_panel(redraw, first_row=first_row, **controls)
 
 
 @dataclass(frozen=True)
@@ -74,8 +97,7 @@ class Feedback:
         text = f"Not yet: {self.message}"
         return f"{text}\nHint: {self.hint}" if self.hint else text
 
-    def __repr__(self) -> str:  # what a notebook cell shows when a check is its last line
-        return str(self)
+    __repr__ = __str__  # what a notebook cell shows when a check is its last line
 
 
 def right(message: str) -> Feedback:
@@ -94,81 +116,112 @@ def unanswered(name: str, what: str) -> Feedback:
 
 
 def is_placeholder(value: Any) -> bool:
-    """True for ``...`` and ``None``, the placeholders of an unanswered exercise."""
-    return any(value is p for p in PLACEHOLDERS)
-
-
-def close(value: float, expected: float, rel_tol: float, abs_tol: float = 0.0) -> bool:
-    """``math.isclose`` with the tolerances said."""
-    return math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    """True for ``...`` and ``None``, the placeholders of an unanswered exercise (``answer = ...``)."""
+    return value is ... or value is None
 
 
 def check_number(value: Any, expected: float, *, name: str, what: str, rel_tol: float = 0.02, abs_tol: float = 0.0,
-                 mistakes: Sequence[tuple[float, str]] = (), hint: str = "", unit: str = "") -> Feedback:
+                 mistakes: Sequence[tuple[float, str]] = (), hint: str = "", unit: str = "", why: str = "") -> Feedback:
     """Check a numeric answer against ``expected`` within ``rel_tol`` (relative) or ``abs_tol`` (absolute).
 
-    ``mistakes`` lists typical wrong values with the hint each one earns (matched with the same tolerance);
-    any other wrong value earns ``hint``. ``what`` says what the answer should be, for the placeholder message.
+    ``mistakes`` lists typical wrong values with the hint each one earns (matched with the same tolerance, in
+    order); any other wrong value earns ``hint``. An answer in GB (``unit="GB"``) also gets a hint for the two
+    unit slips every such answer can make: the size in GiB, and in bytes. ``what`` says what the answer should
+    be, for the placeholder message; ``why`` follows a right answer. Numbers from 1,000 up are written as whole
+    numbers with thousands separators (25,362,432), smaller ones as ``:g`` writes them.
     """
+    if unit == "GB":
+        mistakes = [*mistakes,
+                    (expected * GB / 2**30, "That is in GiB (2^30 bytes); the course writes GB = 10^9 bytes."),
+                    (expected * GB, "That looks like bytes: divide by 1e9 to write it in GB.")]
     if is_placeholder(value):
         return unanswered(name, what)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         got = type(value).__name__ if not isinstance(value, (int, float)) or isinstance(value, bool) else value
         return wrong(f"{name} should be a finite number, got {got!r}.", f"Write {what}, as a plain number.")
-    value = float(value)
-    suffix = f" {unit}" if unit else ""
-    if close(value, expected, rel_tol, abs_tol):
-        return right(f"{name} = {value:g}{suffix} (expected {expected:g}{suffix}).")
-    for mistake, why in mistakes:
-        if close(value, mistake, rel_tol, abs_tol):
-            return wrong(f"{name} = {value:g}{suffix} is a common slip.", why)
-    return wrong(f"{name} = {value:g}{suffix} is not it.", hint)
+    shown = _shown(float(value), unit)
+    if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        return right(f"{name} = {shown} (expected {_shown(expected, unit)})." + (f" {why}" if why else ""))
+    for mistake, slip in mistakes:
+        if math.isclose(value, mistake, rel_tol=rel_tol, abs_tol=abs_tol):
+            return wrong(f"{name} = {shown} is a common slip.", slip)
+    return wrong(f"{name} = {shown} is not it.", hint)
+
+
+def _shown(value: float, unit: str) -> str:
+    """A number for a message, then its ``unit``: see :func:`check_number`."""
+    number = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+    return f"{number} {unit}" if unit else number
 
 
 def check_choice(value: Any, expected: Any, *, name: str, options: Iterable[Any],
                  hints: Mapping[Any, str] | None = None, why: str = "") -> Feedback:
     """Check an answer that must be one of ``options`` (strings compare case-insensitively, trimmed)."""
     options = tuple(options)
+    listed = ", ".join(repr(o) for o in options)
     if is_placeholder(value):
-        return unanswered(name, "one of " + ", ".join(repr(o) for o in options))
+        return unanswered(name, f"one of {listed}")
 
     def norm(v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v
 
-    by_norm = {norm(o): o for o in options}
-    if norm(value) not in by_norm:
-        return wrong(f"{name} = {value!r} is not one of the options.",
-                     "Choose one of " + ", ".join(repr(o) for o in options) + ".")
-    picked = by_norm[norm(value)]
+    picked = next((o for o in options if norm(o) == norm(value)), None)  # an option is never None (a placeholder)
+    if picked is None:
+        return wrong(f"{name} = {value!r} is not one of the options.", f"Choose one of {listed}.")
     if picked == expected:
         return right(f"{name} = {picked!r}." + (f" {why}" if why else ""))
     return wrong(f"{name} = {picked!r} is not it.", (hints or {}).get(picked, ""))
 
 
 def check_function(fn: Any, cases: Sequence[tuple[tuple, Any]], *, name: str, rel_tol: float = 1e-6,
-                   hint: str = "", compare: Callable[[Any, Any], bool] | None = None) -> Feedback:
+                   hint: str = "", mistakes: Sequence[tuple[Callable[..., Any], str]] = ()) -> Feedback:
     """Call the student's ``fn`` on each ``(args, expected)`` case; report the first case it gets wrong.
 
     A function that raises ``NotImplementedError``, or returns ``...``/``None``, is "not written yet". Any other
-    exception is reported in one line (its type and message), not as a traceback.
+    exception is reported in one line (its type and message), not as a traceback. ``mistakes`` lists typical
+    wrong formulas with the hint each one earns: a wrong ``fn`` that agrees with one on every case earns its hint;
+    any other wrong ``fn`` earns ``hint``.
     """
-    if is_placeholder(fn) or not callable(fn):
-        return unanswered(name, "your function") if is_placeholder(fn) else wrong(
-            f"{name} should be a function, got {type(fn).__name__}.", hint)
-    same = compare or (lambda got, want: _same(got, want, rel_tol))
     for args, expected in cases:
         shown = ", ".join(repr(a) for a in args)
-        try:
-            got = fn(*args)
-        except NotImplementedError:
-            return unanswered(name, "your code (the function body still raises NotImplementedError)")
-        except Exception as err:  # noqa: BLE001 - a student's bug is reported in one line, never a traceback
-            return wrong(f"{name}({shown}) raised {type(err).__name__}: {err}", hint)
-        if is_placeholder(got):
-            return unanswered(name, "a return statement (the function returns nothing yet)")
-        if not same(got, expected):
-            return wrong(f"{name}({shown}) returned {got!r}; expected {expected!r}.", hint)
+        got, feedback = call_answer(fn, args, name=name, call=f"{name}({shown})", hint=hint)
+        if feedback is not None:
+            return feedback
+        if not _same(got, expected, rel_tol):
+            why = next((why for mistake, why in mistakes
+                        if all(_gives(fn, a, mistake(*a), rel_tol) for a, _ in cases)), hint)
+            return wrong(f"{name}({shown}) returned {got!r}; expected {expected!r}.", why)
     return right(f"{name} gives the expected result on all {len(cases)} test cases.")
+
+
+def call_answer(fn: Any, args: tuple, *, name: str, call: str, hint: str) -> tuple[Any, Feedback | None]:
+    """Call a student's ``fn(*args)``: ``(result, None)``, or ``(None, feedback)`` when there is no result to check.
+
+    That is "not answered" for ``fn`` still at its placeholder (``...``/``None``), for a body that raises
+    ``NotImplementedError`` and for one that returns ``...``/``None``; and "wrong", with ``hint``, for an ``fn`` that
+    is not a function, or a one-line report for any other exception (``call`` raised: its type and message).
+    """
+    if is_placeholder(fn):
+        return None, unanswered(name, "your function")
+    if not callable(fn):
+        return None, wrong(f"{name} should be a function, got {type(fn).__name__}.", hint)
+    try:
+        got = fn(*args)
+    except NotImplementedError:
+        return None, unanswered(name, "your code (the function body still raises NotImplementedError)")
+    except Exception as err:  # noqa: BLE001 - a student's bug is reported in one line, never a traceback
+        return None, wrong(f"{call} raised {type(err).__name__}: {err}", hint)
+    if is_placeholder(got):
+        return None, unanswered(name, "a return statement (the function returns nothing yet)")
+    return got, None
+
+
+def _gives(fn: Callable[..., Any], args: tuple, want: Any, rel_tol: float) -> bool:
+    """True when ``fn`` returns ``want`` on (copies of) ``args``; False when it returns something else or raises."""
+    try:
+        return _same(fn(*copy.deepcopy(args)), want, rel_tol)
+    except Exception:  # noqa: BLE001 - any error means "not this mistake"
+        return False
 
 
 def _same(got: Any, want: Any, rel_tol: float) -> bool:

@@ -10,15 +10,16 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from course_utils.footprint import Part, four_bit_ratio_report
-from course_utils.lessons.kit import COLORS, Feedback, check_number, new_figure
+from course_utils.lessons.kit import COLORS, Feedback, check_number, finish, new_figure, view_panel
 from course_utils.units import GB, format_bytes
 
 #: How the parts of :func:`course_utils.footprint.footprint_parts` are grouped in the chart.
-GROUPS: dict[str, tuple[str, ...]] = {
+_GROUPS: dict[str, tuple[str, ...]] = {
     "embedding table (stays 16-bit)": ("embedding table", "lm_head"),
     "linear layers (quantized)": ("attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"),
     "norms, biases, buffers (16-bit)": ("linear biases", "norms", "other parameters", "buffers"),
 }
+_GROUP_OF = {part: group for group, parts in _GROUPS.items() for part in parts}
 _GROUP_COLORS = ("#C44E52", COLORS["nf4"], "#8C8C8C")
 
 
@@ -26,17 +27,13 @@ def group_bytes(parts: Sequence[Part]) -> dict[str, int]:
     """Bytes per chart group (embedding, linears, the rest) from a list of parts."""
     if not parts or not all(isinstance(p, Part) for p in parts):
         raise TypeError("parts must be a non-empty list of course_utils.footprint.Part (from footprint_parts)")
-    out = {g: 0 for g in GROUPS}
+    out = dict.fromkeys(_GROUPS, 0)
     for part in parts:
-        group = next((g for g, names in GROUPS.items() if part.name in names), None)
-        if group is None:
-            raise ValueError(f"unknown part name {part.name!r}")
-        out[group] += part.bytes
+        out[_GROUP_OF[part.name]] += part.bytes
     return out
 
 
-def footprint_chart(bars: Sequence[tuple[str, Sequence[Part], int]],
-                    title: str = "Where the bytes go: 16-bit vs 4-bit NF4") -> Any:
+def footprint_chart(bars: Sequence[tuple[str, Sequence[Part], int]]) -> Any:
     """Stacked horizontal bars, each as a percentage of its model's 16-bit size.
 
     ``bars``: ``(label, parts, bytes16)`` per bar, top to bottom; ``bytes16`` is the 16-bit total that
@@ -44,9 +41,8 @@ def footprint_chart(bars: Sequence[tuple[str, Sequence[Part], int]],
     """
     if not bars:
         raise ValueError("bars must hold at least one (label, parts, bytes16) entry")
-    fig, ax = new_figure(title, "share of the same model's 16-bit footprint (%)", "model and width",
-                         figsize=(8.0, 0.75 * len(bars) + 2.0))
-    labels = []
+    fig, ax = new_figure("Where the bytes go: 16-bit vs 4-bit NF4", "share of the same model's 16-bit footprint (%)",
+                         "model and width", figsize=(8.0, 0.75 * len(bars) + 2.0))
     for row, (label, parts, bytes16) in enumerate(bars):
         if not isinstance(bytes16, int) or bytes16 <= 0:
             raise ValueError(f"bytes16 for {label!r} must be a positive int, got {bytes16!r}")
@@ -57,41 +53,31 @@ def footprint_chart(bars: Sequence[tuple[str, Sequence[Part], int]],
             ax.barh(row, width, left=left, color=color, label=group if row == 0 else None, height=0.6)
             left += width
         ax.text(left + 1, row, f"{format_bytes(sum(groups.values()))}  ({left:.0f} %)", va="center", fontsize=9)
-        labels.append(label)
     ax.axvline(25, color="black", linestyle="--", linewidth=1)
-    ax.set_yticks(range(len(bars)), labels)
-    ax.set_ylim(len(bars) - 0.5, -0.9)  # top to bottom, with room above the first bar for the 25 % label
+    ax.set_yticks(range(len(bars)), [label for label, _, _ in bars])
+    ax.set(xlim=(0, 130), ylim=(len(bars) - 0.5, -0.9))  # top to bottom, room above the first bar for the label:
     ax.text(25.8, -0.62, "25 %: a quarter of the 16-bit size", fontsize=8)
-    ax.set_xlim(0, 130)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.35, -0.2), ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
+    return finish(fig, ax, loc="upper center", bbox_to_anchor=(0.35, -0.2), ncol=3, fontsize=8)
 
 
 #: The key/value widths the demo offers, as a fraction of q's: SmolLM2-135M, Llama 3 8B, Llama 3 70B.
-KV_FRACTIONS = {"1/3 (SmolLM2-135M: 3 of 9 heads)": 1 / 3, "1/4 (Llama 3 8B: 8 of 32 heads)": 1 / 4,
+_KV_FRACTIONS = {"1/3 (SmolLM2-135M: 3 of 9 heads)": 1 / 3, "1/4 (Llama 3 8B: 8 of 32 heads)": 1 / 4,
                 "1/8 (Llama 3 70B: 8 of 64 heads)": 1 / 8}
 
 
-def show_ratio(hidden_size: int, num_layers: int, vocab_size: int, tied: bool, kv_fraction: float = 1 / 3) -> None:
-    """Callback: print :func:`course_utils.footprint.four_bit_ratio_report` for the slider values."""
-    print(four_bit_ratio_report(hidden_size, num_layers, vocab_size, tied, kv_fraction=kv_fraction))
-
-
 def four_bit_ratio_panel() -> Any:
-    """Sliders for width, depth and vocabulary of a Llama-shaped model (MLP 8/3 x wider), and k, v's width."""
+    """Sliders for width, depth and vocabulary of a Llama-shaped model (MLP 8/3 x wider), and k, v's width; each
+    change prints :func:`course_utils.footprint.four_bit_ratio_report` for the slider values."""
     import ipywidgets as w
 
-    from course_utils.lessons.kit import interact_panel
-
     style = {"description_width": "initial"}
-    return interact_panel(
-        show_ratio,
+    return view_panel(
+        four_bit_ratio_report,
         hidden_size=w.IntSlider(576, min=256, max=8192, step=64, description="hidden size", style=style),
         num_layers=w.IntSlider(30, min=4, max=80, description="layers", style=style),
         vocab_size=w.IntSlider(49152, min=8192, max=262144, step=1024, description="vocabulary", style=style),
         tied=w.Checkbox(True, description="tied lm_head"),
-        kv_fraction=w.Dropdown(options=list(KV_FRACTIONS.items()), value=1 / 3, description="k, v width / q width",
+        kv_fraction=w.Dropdown(options=list(_KV_FRACTIONS.items()), value=1 / 3, description="k, v width / q width",
                                style=style),
     )
 
@@ -99,7 +85,7 @@ def four_bit_ratio_panel() -> Any:
 #: Exercise 1's model: the Unsloth example's Qwen3-4B-Instruct-2507 (a config shipped in data/configs).
 SIZE_MODEL = "qwen3-4b-instruct-2507.json"
 #: Exercise 2's adapter: rank 8 on the query and value projections of the notebook's SmolLM2-135M.
-LORA_MODEL, LORA_RANK, LORA_TARGETS = "smollm2-135m.json", 8, ("q_proj", "v_proj")
+LORA_MODEL, _LORA_RANK, _LORA_TARGETS = "smollm2-135m.json", 8, ("q_proj", "v_proj")
 
 
 @lru_cache(maxsize=None)
@@ -127,7 +113,6 @@ def check_four_bit_size(answer_gb: Any) -> Feedback:
         ((f["bytes4"] + 2 * f["embedding"]) / GB, "You counted the embedding table twice. The lm_head is tied: it "
                                                   "shares the table's matrix, so it adds nothing."),
         (f["params"] * 4 / GB, "4 bits is half a byte, not 4 bytes."),
-        (f["bytes4"] / 2**30, "That is the size in GiB (2^30 bytes). The course prints GB, 10^9 bytes."),
         ((f["bytes4"] + f["scales4"]) / GB, "That includes the NF4 scales (one float32 per 64 weights); "
                                             "get_memory_footprint() leaves them out, and so does this question."),
     ]
@@ -137,34 +122,28 @@ def check_four_bit_size(answer_gb: Any) -> Feedback:
                              "Add them up and divide by 1e9.")
 
 
-def lora_answer() -> int:
-    """Exercise 2's answer, from the course's adapter counter."""
-    from course_utils.architecture import lora_adapter_params
-
-    return lora_adapter_params(LORA_MODEL, LORA_RANK, LORA_TARGETS)
-
-
 def check_lora_count(answer: Any) -> Feedback:
     """Exercise 2: the trainable numbers of LoRA rank 8 on q_proj and v_proj of SmolLM2-135M."""
-    from course_utils.architecture import Architecture
+    from course_utils.architecture import Architecture, lora_adapter_params
 
+    expected = lora_adapter_params(LORA_MODEL, _LORA_RANK, _LORA_TARGETS)  # the course's adapter counter
     arch = Architecture.from_config(LORA_MODEL)
-    (q_in, q_out), (v_in, v_out) = (arch.projection_shapes()[t] for t in LORA_TARGETS)
-    r, layers = LORA_RANK, arch.layers
+    (q_in, q_out), (v_in, v_out) = (arch.projection_shapes()[t] for t in _LORA_TARGETS)
+    r, layers = _LORA_RANK, arch.layers
     mistakes = [
         (r * 2 * (v_in + v_in) * layers, f"v_proj is not square: it maps {v_in} numbers to {v_out} "
                                          f"({arch.kv_heads} key/value heads of {arch.head_dim}). Read its shape in "
                                          "the printed decoder layer."),
         (r * (q_in + q_out + v_in + v_out), "That is one decoder layer. The adapter sits in every one of the "
                                             f"{layers} layers."),
-        (2 * lora_answer(), "That is rank 16. This adapter has rank 8."),
+        (2 * expected, "That is rank 16. This adapter has rank 8."),
         (r * (q_in * q_out + v_in * v_out) * layers, "A is r x d_in and B is d_out x r: r x (d_in + d_out) "
                                                      "numbers, not r x d_in x d_out."),
         (r * (q_in + v_in) * layers, "You counted only A (r x d_in). B adds d_out x r."),
         (r * sum(i + o for i, o in arch.projection_shapes().values()) * layers,
          "That is all seven projections. Here the adapter goes on q_proj and v_proj only."),
     ]
-    return check_number(answer, lora_answer(), name="answer", what="a whole number of trainable parameters",
+    return check_number(answer, expected, name="answer", what="a whole number of trainable parameters",
                         rel_tol=0.0, abs_tol=0.5, mistakes=mistakes,
                         hint="Per targeted layer: r x (d_in + d_out). Add q_proj and v_proj, then multiply "
                              "by the number of decoder layers.")

@@ -70,6 +70,7 @@ if model_4 is None:
     print(f"4-bit: skipped ({no_4bit})")
 else:
     print(f"4-bit:  {model_4.get_memory_footprint() / 1e6:.1f} MB")
+    scales_4 = footprint.measured_scale_bytes(model_4)  # as loaded: a CPU with AVX-512-bf16 repacks them at first use
 
 # %% [markdown]
 # Now ask both. The 4-bit answer should still be right: 4 bits cost little quality on this task.
@@ -165,7 +166,7 @@ else:
     with quiet_libraries():
         base = AutoModelForCausalLM.from_pretrained(choice.name, dtype=dtype, device_map=device_map,
                                                     quantization_config=qlora_config)
-    plain, double = footprint.measured_scale_bytes(model_4), footprint.measured_scale_bytes(base)
+    plain, double = scales_4, footprint.measured_scale_bytes(base)  # both as loaded
     print(f"scales: {plain / 1e6:.2f} MB plain, {double / 1e6:.2f} MB double-quantized "
           f"({100 * (1 - double / plain):.0f} % less)")
 del model_4  # the course's config has done its job

@@ -342,7 +342,10 @@ lesson.check_adamw8bit_state(state_gb)
 
 # %%
 import transformers
-from transformers import TrainingArguments
+from course_utils.quiet import quiet_libraries
+
+with quiet_libraries():  # on some CPUs bitsandbytes, imported on the way, prints a notice about an optional package
+    from transformers import TrainingArguments
 
 recipe = dict(
     output_dir="./out",
@@ -620,7 +623,7 @@ for method, batch in CASES:
 SWEEP_MEASURED = {("lora", 1): 1.221, ("lora", 4): 1.838, ("lora", 8): 2.625,
                   ("full", 1): 2.856, ("full", 4): 3.108, ("full", 8): 4.099}  # GB, the reference table above
 cases = [(f"{m} b{b}", estimates[m, b], SWEEP_MEASURED[m, b]) for m, b in CASES]
-lesson.estimate_vs_measured_chart(cases, "SmolLM2-135M training step: predicted vs measured peak (reference CPU)")
+lesson.plot_estimate_vs_measured(cases, "SmolLM2-135M training step: predicted vs measured peak (reference CPU)")
 plt.show()
 
 # %% [markdown]
