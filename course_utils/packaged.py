@@ -131,7 +131,8 @@ def _convert_into(source: Path, out: Path) -> None:
                                                      **dtype_kwargs(torch.bfloat16))
         # The weights are plain bfloat16 now; the GGUF quantization config would make transformers look for a
         # GGUF file again when it loads the folder.
-        model.config.quantization_config = None
+        if hasattr(model.config, "quantization_config"):  # 4.x has none here, and cannot save one that is None
+            model.config.quantization_config = None
         for name, value in (("hf_quantizer", None), ("is_quantized", False)):
             with contextlib.suppress(AttributeError):  # a read-only property on some versions
                 setattr(model, name, value)

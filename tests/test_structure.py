@@ -165,3 +165,34 @@ def test_the_wheel_holds_every_lesson(tmp_path: Path) -> None:
                             timeout=300, cwd=tmp_path, env={"MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "True"
+
+
+#: The most lines of code the package may have (not blank, not a comment, not a docstring): it is the course's
+#: small helper package, not a framework. A new lesson that needs more should first take out what nothing calls.
+MAX_CODE_LINES = 5_000
+
+
+def _code_lines(source: str) -> int:
+    """Lines holding code: tokens other than comments and line breaks, docstrings left out."""
+    import io
+    import tokenize
+
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            value = first.value if isinstance(first, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    skipped = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    lines: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in skipped:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def test_the_package_stays_small() -> None:
+    counts = {p.relative_to(PACKAGE).as_posix(): _code_lines(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
+    biggest = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:5])
+    assert sum(counts.values()) <= MAX_CODE_LINES, f"{sum(counts.values())} lines of code; biggest: {biggest}"
