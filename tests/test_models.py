@@ -115,6 +115,9 @@ def test_the_repack_decision_with_the_feature_on_and_off(tiny_standin, monkeypat
     """
     from bitsandbytes.nn import modules
 
+    if not hasattr(modules, "has_avx512bf16"):
+        pytest.skip("bitsandbytes before 0.49 never repacks a 4-bit layer for a CPU")
+
     class Repacked(Exception):
         pass
 
