@@ -112,7 +112,7 @@ def _backward_micro_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     graph is alive at a time.
     """
     model.zero_grad(set_to_none=True)
-    steps = len(x) // micro_batch_size
+    steps = accumulation_steps_for(len(x), micro_batch_size)  # ValueError unless the size divides the batch
     for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
         (nn.functional.mse_loss(model(xb), yb) / steps).backward()
 
@@ -242,6 +242,7 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
     saved activations), read before backward so that weight-gradient temporaries are not counted;
     elsewhere it is the bytes autograd saves for backward.
     """
+    accumulation_steps_for(len(x), micro_batch_size)  # ValueError unless the size divides the batch
     # Copies, as a data loader would hand them over: a slice would share (and count) the whole batch's storage.
     xb, yb = x[:micro_batch_size].clone(), y[:micro_batch_size].clone()
 

@@ -99,9 +99,10 @@ def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = F
     checkpointing adds one forward. Full fine-tuning with checkpointing: 4/3; LoRA instead of full: 2/3.
 
     Splitting the batch into micro-batches does not change this arithmetic, so it does not enter here: for
-    accumulation this factor is a floor (see :meth:`Option.time_text`). The methods are :data:`METHODS`' (checked by
-    :func:`what_is_my_bottleneck`, the entry point).
+    accumulation this factor is a floor (see :meth:`Option.time_text`). The methods are :data:`METHODS`'.
     """
+    checks.choice(method, "method", METHODS)
+    checks.choice(new_method, "new_method", METHODS)
 
     def cost(m: str, ck: bool) -> float:
         return 1.0 + (2.0 if m == "full" else 1.0) + (1.0 if ck else 0.0)  # forward + backward (+ a forward again)

@@ -110,7 +110,7 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise ValueError(f"the Hub ({endpoint}) is not reachable ({reason}); {instead}") from None
-    except ValueError:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+    except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"{repo_id}'s config.json is not JSON; {instead}") from None
     if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language part
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}

@@ -461,10 +461,11 @@ def _make_optimizer(spec: Mapping[str, Any], params: list[Any]) -> Any:
         return torch.optim.AdamW(params, lr=1e-4)
     bnb = import_bitsandbytes()
     device = params[0].device if params else "cpu"
-    if bnb is None or not adamw8bit_available(device):
-        which = "is not installed here" if bnb is None else f"{getattr(bnb, '__version__', '?')} has no 8-bit AdamW"
-        raise RuntimeError(f"optimizer='adamw8bit': bitsandbytes {which} for the {torch.device(device).type.upper()} "
-                           "(on a CPU it needs 0.49 or newer)")
+    if bnb is None:
+        raise RuntimeError("optimizer='adamw8bit' needs bitsandbytes, which is not installed here")
+    if not adamw8bit_available(device):
+        raise RuntimeError(f"optimizer='adamw8bit': bitsandbytes {getattr(bnb, '__version__', '?')} has no 8-bit "
+                           f"AdamW for the {torch.device(device).type.upper()} (on a CPU it needs 0.49 or newer)")
     return bnb.optim.AdamW8bit(params, lr=1e-4)
 
 

@@ -256,8 +256,10 @@ def format_table(rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUD
     """The estimator's table: a header line, one row per estimate with fits/no per budget, the footnotes.
 
     The footnotes are the 'fits =' line, the QLoRA note when a QLoRA row is shown, then ``notes``. ``rows`` and
-    ``budgets`` hold at least one each (the command line's always do).
+    ``budgets`` hold at least one each.
     """
+    if not rows or not budgets:
+        raise ValueError("rows and budgets must hold at least one estimate and one budget")
     name_w = max(15, max(len(r.model) for r in rows) + 3)
     col_ws = [max(14, len(b.label) + 2) for b in budgets]
     lines = [_HEADER, f"{'model':<{name_w}}{'method':<28}{'GB':>9}"

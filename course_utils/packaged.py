@@ -39,10 +39,14 @@ NEEDED = ("config.json", "model.safetensors", "tokenizer.json", MARKER)
 
 
 def transformers_version() -> str:
-    """The installed transformers' full version (``"5.24.0"``), read by :func:`course_utils.hardware.versions`."""
-    from course_utils.hardware import versions
+    """The installed transformers' full version (``"5.24.0"``), read from its metadata without importing it (nor
+    torch: the online/offline decision looks into the cache cheaply)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return versions().get("transformers", "none")
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return "none"
 
 
 def find_spec(name: str) -> importlib.machinery.ModuleSpec | None:

@@ -69,7 +69,8 @@ def reset_rss_high_water_mark() -> bool:
             fh.write("5")
     except OSError:
         return False
-    return True
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return any(line.startswith("VmHWM:") for line in fh)
 
 
 def rss_high_water_mark_bytes() -> int:

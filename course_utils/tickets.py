@@ -55,7 +55,7 @@ def load_tickets(split: str = "train") -> list[Ticket]:
 
 def answer_text(team: str) -> str:
     """The one right answer for ``team`` (one of :data:`TEAMS`), as strict JSON: ``{"team": "billing"}``."""
-    return json.dumps({"team": team})
+    return json.dumps({"team": checks.choice(team, "team", TEAMS)})
 
 
 def parse_answer(text: str) -> str | None:
@@ -130,7 +130,7 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
     from course_utils.quiet import quiet_libraries
 
     checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
-    if isinstance(tickets, (str, Ticket)) or not tickets:
+    if isinstance(tickets, (str, Ticket)) or not tickets or not all(isinstance(t, Ticket) for t in tickets):
         raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
     side, pad_token = tokenizer.padding_side, tokenizer.pad_token
     tokenizer.pad_token = pad_token or tokenizer.eos_token
@@ -169,5 +169,7 @@ def score(answers: Sequence[str], tickets: Sequence[Ticket]) -> Score:
     """Count the valid JSON answers and the right teams (:func:`parse_answer`) of ``answers`` to ``tickets``."""
     if len(answers) != len(tickets) or not tickets:
         raise ValueError(f"need one answer per ticket, got {len(answers)} answers for {len(tickets)} tickets")
+    if not all(isinstance(a, str) for a in answers):
+        raise TypeError("answers must be strings (what route returns)")
     teams = [parse_answer(a) for a in answers]
     return Score(sum(t is not None for t in teams), sum(t == k.team for t, k in zip(teams, tickets)), len(tickets))

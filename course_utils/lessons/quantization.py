@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
-from course_utils import digits, quant
+from course_utils import checks, digits, quant
 from course_utils.lessons.kit import (COLORS, Feedback, call_answer, check_number, finish, new_figure, plt, right,
                                       view_panel, wrong)
 
@@ -232,7 +232,8 @@ def format_score(model: torch.nn.Module, data: digits.DigitsData, fmt: str,
     :func:`course_utils.digits.score_in_format` (a few hundredths of a second for the digits network, which also
     checks ``data``); later calls return the stored result.
     """
-    scales = scales if fmt.startswith("int") else "tensor"  # 16-bit floats have no scales
+    checks.choice(fmt, "fmt", digits.FORMATS)
+    scales = checks.choice(scales, "scales", _SCALE_LABELS) if fmt.startswith("int") else "tensor"  # floats: none
     per_model = _SCORES.setdefault(model, {})
     key = (id(data), fmt, scales)
     if key not in per_model or per_model[key][0] is not data:
@@ -306,6 +307,8 @@ def format_widget(model: torch.nn.Module, data: digits.DigitsData) -> Any:
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(data, digits.DigitsData):
+        raise TypeError(f"data must be a DigitsData (from load_digits_data), got {type(data).__name__}")
     fmt = w.Dropdown(options=list(digits.FORMATS), value="int4", description="format")
     scales = w.Dropdown(options=list(SCALE_CHOICES), value="row", description="scales")
     w.dlink((fmt, "value"), (scales, "disabled"), lambda value: not value.startswith("int"))  # floats have no scales

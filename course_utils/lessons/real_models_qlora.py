@@ -29,6 +29,8 @@ def group_bytes(parts: Sequence[Part]) -> dict[str, int]:
         raise TypeError("parts must be a non-empty list of course_utils.footprint.Part (from footprint_parts)")
     out = dict.fromkeys(_GROUPS, 0)
     for part in parts:
+        if part.name not in _GROUP_OF:
+            raise ValueError(f"unknown part name {part.name!r}")
         out[_GROUP_OF[part.name]] += part.bytes
     return out
 

@@ -110,8 +110,8 @@ _ = lesson.bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=
 lesson.bottleneck_planner()
 
 # %% [markdown]
-# Try: SmolLM2 `full` at 16 × 512 on 8 GB, then tick checkpointing; Qwen2.5-1.5B `lora` at 1024 tokens on
-# 16 GB, then `qlora`.
+# Try: SmolLM2 "full fine-tuning (float32)" at 16 × 512 on 8 GB, then tick checkpointing; Qwen2.5-1.5B "LoRA,
+# base in float32" at 1024 tokens on 16 GB, then "QLoRA, base in 4 bits".
 #
 # ## Benefits and trade-offs: each trick on a real step
 #
