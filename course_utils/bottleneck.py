@@ -1,5 +1,10 @@
 """What is my bottleneck? Name what does not fit a memory budget, and which tricks move a step under it.
 
+The budget someone gives is a GPU's memory (the card's); the step is judged against its **usable** memory, that
+less the 0.5 GB CUDA context, by :func:`course_utils.memory.step_verdict`: a step or an option "fits" up to 90 %
+of usable, is "tight" from 90 % to 100 % (the caching allocator's reserve and fragmentation can still run out of
+memory: not a fix to recommend), and "does not fit" above.
+
 Pure estimates from :mod:`course_utils.step_memory` (nothing is run or measured): the step's parts at its peak
 moment, then every combination of gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient
 accumulation and cheaper methods (full -> LoRA -> LoRA on a 16-bit base -> QLoRA), ranked.
@@ -18,23 +23,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_utils import checks
-from course_utils.memory import METHODS
+from course_utils.memory import METHODS, STEP_VERDICTS, TIGHT_SHARE, step_limit_gb, step_verdict
 from course_utils.step_memory import estimate_step
 from course_utils.units import GB
 
 
 @dataclass
 class Option:
-    """A way to make the step fit: the changes, the new estimate, and its estimated time cost."""
+    """A way to make the step fit: the changes, the new estimate, its verdict (:func:`step_verdict`) and its
+    estimated time cost."""
 
     changes: tuple[str, ...]
     peak_gb: float
-    fits: bool
+    verdict: str
     time_factor: float
     cost: str
     method_changed: bool = False
     micro_batches: int = 1
     kinds: frozenset[str] = frozenset()  # the kinds of change (keys of _MOVES): what _rank compares
+
+    @property
+    def fits(self) -> bool:
+        """True when the option's estimate is at most 90 % of usable memory ("tight" is not "fits")."""
+        return self.verdict == "fits"
 
     def time_text(self) -> str:
         """The time estimate in words: ``time x1.33``, or ``time x1.00 or more`` with accumulation (the option splits
@@ -44,33 +55,44 @@ class Option:
 
 @dataclass
 class Diagnosis:
-    """The answer of :func:`what_is_my_bottleneck`."""
+    """The answer of :func:`what_is_my_bottleneck`: ``budget_gb`` is the memory given (a GPU's: the card's),
+    ``usable_gb`` what the step may use of it (:func:`course_utils.memory.step_limit_gb`)."""
 
     estimate: Any
     budget_gb: float
-    fits: bool
+    usable_gb: float
+    verdict: str
     options: list[Option] = field(default_factory=list)
 
-    def text(self, limit: int = 4) -> str:
-        """The diagnosis in a few short lines: the estimate against the budget, the three biggest parts at the
-        peak moment, and the options that fit (each with its estimated peak and time factor)."""
-        est = self.estimate
-        where = "GPU allocator counter" if est.device == "cuda" else "CPU process memory"
-        head = f"{est.describe()}: {est.peak_gb:.2f} GB ({where}), budget {self.budget_gb:g} GB"
+    @property
+    def fits(self) -> bool:
+        """True when the step itself is at most 90 % of usable memory: no trick needed."""
+        return self.verdict == "fits"
+
+    def text(self, limit: int = 3) -> str:
+        """The diagnosis in a few short lines: the estimate against usable memory, the three biggest parts at the
+        peak moment, the options that fit (each with its estimated peak and time factor), then the tight ones."""
+        est, usable, on_gpu = self.estimate, self.usable_gb, self.estimate.device == "cuda"
+        where = "GPU allocator counter" if on_gpu else "CPU process memory"
+        of = f"GPU {self.budget_gb:g} GB, usable {usable:.4g} GB" if on_gpu else f"budget {usable:g} GB"
+        head = (f"{est.describe()}: {est.peak_gb:.2f} GB ({where}); {of}: {100 * est.peak_gb / usable:.0f} % of "
+                f"{'usable' if on_gpu else 'it'}")
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
         big = sorted(est.parts(), key=lambda p: -p[1])[:3]
-        lines = [f"{head}: it does not fit ({est.peak_gb - self.budget_gb:.2f} GB over)",
-                 f"biggest at the peak ({_short(est.peak_moment)}): "
+        state = "tight: it may still run out of memory" if self.verdict == "tight" else \
+            f"it does not fit ({est.peak_gb - usable:.2f} GB over)"
+        lines = [f"{head}, {state}", f"biggest at the peak ({_short(est.peak_moment)}): "
                  + " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)]
-        fitting = [o for o in self.options if o.fits][:limit]
-        if not fitting:
-            return "\n".join(lines + ["no combination of the tricks fits: a smaller model, shorter sequences or a "
-                                       "bigger machine"])
-        width = max(len(" + ".join(o.changes)) for o in fitting)
-        lines.append("fits with:")  # same method first, then fewest changes (see _rank)
-        lines += [f"  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
-                  f"({'; '.join(map(_short, o.cost.split('; ')))})" for o in fitting]
+        # same method first, then fewest changes (see _rank); then the nearest miss, "tight"
+        shown = [o for o in self.options if o.fits][:limit] + [o for o in self.options if o.verdict == "tight"][:1]
+        if not any(o.fits for o in shown):
+            lines.append("no combination of the tricks fits: a smaller model, shorter sequences or a bigger machine")
+        if shown:
+            width, tight = max(len(" + ".join(o.changes)) for o in shown), round(100 * TIGHT_SHARE)
+            lines.append(f"options (fits: at most {tight} % of usable; tight: {tight}-100 %, may still run out):")
+            lines += [f"  {o.verdict:<5}  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
+                      f"({'; '.join(map(_short, o.cost.split('; ')))})" for o in shown]
         return "\n".join(lines)
 
 
@@ -115,50 +137,65 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
                           checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
     """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
 
+    ``budget_gb`` is the GPU's memory (the card's, 0.5 GB to 10,000 GB); the step and each option are judged
+    against its usable memory, that less the CUDA context, by :func:`course_utils.memory.step_verdict`: "fits" up
+    to 90 % of it, "tight" up to 100 % (listed apart: not a fix to count on). On ``device="cpu"`` the whole memory
+    is the limit.
+
     Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
-    examples per optimizer step; the fewest micro-batches that fit), and cheaper methods (full -> LoRA -> LoRA
-    on a bf16 base -> QLoRA), alone and together. Options that keep the method come first (a new method
-    changes what is trained, not only the cost), then those with fewer changes. Time factors come from the
-    arithmetic of a step (:func:`arithmetic_time_factor`); with accumulation that factor is only a floor
-    (same arithmetic, more and smaller steps: slower by an amount only a measurement tells). ``device`` ``"cuda"``
-    compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16`` means a
-    16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number. LoRA is :func:`estimate_step`'s:
-    rank 8 on the default targets.)
+    examples per optimizer step; the fewest micro-batches that fit, and fewer that are only tight), and cheaper
+    methods (full -> LoRA -> LoRA on a bf16 base -> QLoRA), alone and together. Options that keep the method come
+    first (a new method changes what is trained, not only the cost), then those with fewer changes. Time factors
+    come from the arithmetic of a step (:func:`arithmetic_time_factor`); with accumulation that factor is only a
+    floor (same arithmetic, more and smaller steps: slower by an amount only a measurement tells). ``device``
+    ``"cuda"`` compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16``
+    means a 16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number. LoRA is
+    :func:`estimate_step`'s: rank 8 on the default targets.)
     """
-    checks.positive(budget_gb, "budget_gb", 1e6)
     checks.choice(method, "method", METHODS)
     checks.flag(checkpointing, "checkpointing")
     common = {"seq": seq, "device": device}  # LoRA: estimate_step's default rank and targets
+    usable = step_limit_gb(budget_gb, getattr(device, "type", device))  # a GPU: the card's memory less the context
     est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing, **common)
-    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), fits=est.peak_gb <= budget_gb)
+    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), usable_gb=usable,
+                     verdict=step_verdict(est.peak_gb, usable))
     if diag.fits:
         return diag
     methods = list(METHODS)
     splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
     for new_method, ck, eight_bit in itertools.product(methods[methods.index(method):], sorted({checkpointing, True}),
                                                        sorted({optimizer == "adamw8bit", True})):
-        for k in splits:  # the fewest micro-batches that fit (accumulation costs time on a real GPU)
+        tried: list[tuple[int, Any, str]] = []  # (micro-batches, estimate, verdict), fewest micro-batches first
+        for k in splits:  # accumulation costs time on a real GPU: as few micro-batches as possible
             new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k, checkpointing=ck,
                                 optimizer="adamw8bit" if eight_bit else "adamw", **common)
-            if new.peak_gb <= budget_gb:
+            tried.append((k, new, step_verdict(new.peak_gb, usable)))
+            if tried[-1][2] == "fits":
                 break
-        wanted = {new_method: new_method != method, "checkpointing": ck and not checkpointing,
-                  "adamw8bit": eight_bit and optimizer != "adamw8bit", "accumulation": k > 1}
-        kinds = [kind for kind, on in wanted.items() if on]
-        if kinds:  # a combination that changes nothing is the step itself
-            names, costs = zip(*([text.format(micro=batch // k, k=k) for text in _MOVES[kind]] for kind in kinds))
-            diag.options.append(Option(names, new.peak_gb, new.peak_gb <= budget_gb,
-                                       arithmetic_time_factor(method, new_method, checkpointing, ck), "; ".join(costs),
-                                       method_changed=new_method != method, micro_batches=k, kinds=frozenset(kinds)))
+        # the first that is tight (when it comes before a fit) and the first that fits; else the last try
+        kept = [t for t in tried if t[2] == "fits"] + [t for t in tried if t[2] == "tight"][:1]
+        for k, new, verdict in kept or tried[-1:]:
+            wanted = {new_method: new_method != method, "checkpointing": ck and not checkpointing,
+                      "adamw8bit": eight_bit and optimizer != "adamw8bit", "accumulation": k > 1}
+            kinds = [kind for kind, on in wanted.items() if on]
+            if kinds:  # a combination that changes nothing is the step itself
+                names, costs = zip(*([text.format(micro=batch // k, k=k) for text in _MOVES[kind]] for kind in kinds))
+                diag.options.append(Option(names, new.peak_gb, verdict,
+                                           arithmetic_time_factor(method, new_method, checkpointing, ck),
+                                           "; ".join(costs), method_changed=new_method != method, micro_batches=k,
+                                           kinds=frozenset(kinds)))
     diag.options = _rank(diag.options)
     return diag
 
 
 def _rank(options: list[Option]) -> list[Option]:
-    """Fitting options first; keep the method if possible (a new method changes the result, not only the cost);
-    then fewest changes, fewest micro-batches, least time. Options that only add tricks to a simpler fitting
-    one are dropped."""
-    options = sorted(options, key=lambda o: (not o.fits, o.method_changed, len(o.changes), o.micro_batches,
+    """Fitting options first, then tight ones; keep the method if possible (a new method changes the result, not
+    only the cost); then fewest changes, fewest micro-batches, least time. An option is dropped when a fitting or
+    tight one makes a subset of its changes with a verdict at least as good (and is not the same option)."""
+    level = {verdict: i for i, verdict in enumerate(STEP_VERDICTS)}
+    options = sorted(options, key=lambda o: (level[o.verdict], o.method_changed, len(o.changes), o.micro_batches,
                                              o.time_factor, o.peak_gb))
-    fitting_sets = [o.kinds for o in options if o.fits]
-    return [o for o in options if not any(f < o.kinds for f in fitting_sets)]
+    better = [o for o in options if o.verdict != "does not fit"]
+    return [o for o in options if not any((f.kinds < o.kinds and level[f.verdict] <= level[o.verdict])
+                                          or (f.kinds == o.kinds and level[f.verdict] < level[o.verdict])
+                                          for f in better)]

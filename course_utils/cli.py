@@ -3,7 +3,10 @@
 ``memory`` without options prints the lesson's table (four models x four methods x three budgets). With
 ``--params N``, ``--config PATH|PRESET`` or ``--model ORG/NAME`` it estimates one model; ``--batch``, ``--seq``,
 ``--checkpointing``, ``--optimizer`` or ``--measure`` switch to a whole training step (activations included);
-``--budgets`` and ``--gpu`` set the memory budgets. ``--method`` also accepts the methods beyond the table
+``--budgets`` and ``--gpu`` set the memory budgets: the table marks a row "fits" at most at the 70 % line of the
+memory; a whole step is judged by :func:`course_utils.memory.step_verdict` ("fits" up to 90 % of usable, "tight"
+up to 100 %, else "does not fit"; on a GPU usable = the card's memory less the 0.5 GB CUDA context; a CPU
+estimate, without ``--gpu``, against the whole memory). ``--method`` also accepts the methods beyond the table
 (:data:`course_utils.memory.EXTRA_METHODS`, e.g. ``full-bf16``); the table without ``--method`` keeps its four.
 Bad input, absurd sizes included (``--params 1e30``): one line on stderr naming the option and its allowed
 range, exit status 2. Table mode imports no torch, so it answers instantly.
@@ -20,13 +23,16 @@ from course_utils import memory as mem
 from course_utils import step_memory as sm
 from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
 from course_utils.configs import config_presets, fetch_config, read_config, resolve_config
+from course_utils.datasheets import CUDA_CONTEXT_GB
 
 #: The options that turn the table into a whole-step estimate.
-_STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure")
+_STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure", "no_kbit_preparation")
 _DESCRIPTION = (
     "Estimate the memory a training run needs for weights, gradients and AdamW states (activations not "
-    "included), and whether it fits a memory budget (at most 70% of it). Without options: the lesson's table. "
-    "With --batch/--seq (or --checkpointing, --optimizer, --measure): a whole training step, activations included.")
+    "included), and whether it fits a memory budget (at most its 70% line). Without options: the lesson's table. "
+    "With --batch/--seq (or --checkpointing, --optimizer, --measure): a whole training step, activations included: "
+    "it fits up to 90% of usable memory (with --gpu: the card's memory less the 0.5 GB CUDA context; without, a CPU "
+    "process against the whole memory), is tight from 90% to 100%, and does not fit above.")
 
 
 class _ExitError(Exception):
@@ -129,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
             (budgets, "--budgets", _budget_sizes, None, "GB,GB",
              "memory budgets in GB, comma-separated (default: laptop 16, GPU 24, GPU 80)"),
             (budgets, "--gpu", _gpu_budgets, None, "NAME,NAME",
-             "budget by GPU name from the datasheet table, e.g. T4,L4,A100-40GB,H100 (a T4: the 15.33 GB a "
-             "process can use)"),
+             "budget by GPU name from the datasheet table, e.g. T4,L4,A100-40GB,H100: the card's memory (a T4 "
+             "exposes 15.83 GB); a whole step is judged against usable memory, that less the 0.5 GB CUDA context"),
             (step, "--batch", _whole(sm.MAX_BATCH), None, "B", "batch size (default 1)"),
             (step, "--seq", _whole(sm.MAX_SEQ), None, "S", "sequence length in tokens (default 128)")):
         group.add_argument(flag, type=_typed(parse), default=default, metavar=metavar, help=text)
@@ -138,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--optimizer", choices=mem.OPTIMIZERS, default=None, help="optimizer (default adamw)")
     step.add_argument("--measure", action="store_true", default=None,
                       help="also run the step and measure its peak memory")
+    step.add_argument("--no-kbit-preparation", action="store_true", default=None,
+                      help="qlora without peft's prepare_model_for_kbit_training (as Unsloth and some trainers): "
+                           "embedding and norms stay 16-bit, and so do the hidden states (default: prepared)")
     return parser
 
 
@@ -198,7 +207,10 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
                          "hidden size, layers, vocabulary); give --config or --model, --params alone is not enough")
     step = dict(method=args.method or "lora", batch=args.batch or 1, seq=args.seq or 128,
                 lora_rank=args.lora_rank, targets=args.targets or DEFAULT_TARGETS,
-                checkpointing=bool(args.checkpointing), optimizer=args.optimizer or "adamw")
+                checkpointing=bool(args.checkpointing), optimizer=args.optimizer or "adamw",
+                kbit_preparation=not args.no_kbit_preparation)
+    if args.no_kbit_preparation and step["method"] != "qlora":
+        raise _ExitError("argument --no-kbit-preparation: only for --method qlora (the preparation is QLoRA's step)")
     device = "cuda" if args.gpu else "cpu"  # a GPU's budget is its allocator's counter: no CPU process baseline
     try:
         est = sm.estimate_step(config, **step, device=device)
@@ -209,9 +221,15 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
     except (ValueError, TypeError) as err:
         raise _ExitError(_naming_option(err)) from None
     print(est.format())
-    for budget in budgets:
-        verdict = "fits" if est.peak_gb <= budget.gb else "does not fit"
-        print(f"  {budget.label} budget: {verdict} (the predicted peak is {100 * est.peak_gb / budget.gb:.0f} % of it)")
+    on_gpu, tight = device == "cuda", round(100 * mem.TIGHT_SHARE)
+    for budget in budgets:  # the sizes were checked when parsed: no error here
+        usable = mem.step_limit_gb(budget.gb, device)  # a GPU: the card's memory less the CUDA context
+        print(f"  {budget.label} budget" + (f", usable {usable:.4g} GB" if on_gpu else "")
+              + f": {mem.step_verdict(est.peak_gb, usable)} (the predicted peak is {100 * est.peak_gb / usable:.0f} % "
+              f"of {'usable' if on_gpu else 'it'})")
+    of = f"usable (the card's memory less the {CUDA_CONTEXT_GB:g} GB CUDA context)" if on_gpu else "the memory"
+    print(f"fits = the predicted peak is at most {tight} % of {of};\ntight = {tight}-100 %: the allocator's reserve "
+          "and fragmentation (or the system) can still run out of memory.")
     if args.measure:
         _print_measurement(config, step)
 

@@ -3,15 +3,18 @@
 No torch here, so the command line can budget by GPU name (``--gpu T4,L4``) instantly;
 :mod:`course_utils.hardware` uses the same table for the GPU it finds.
 
-A GPU's memory *budget* (:attr:`Datasheet.budget_gb`) is what a training process can use, on the counter the
-step estimates predict (PyTorch's allocator): the memory the driver exposes, minus the CUDA context, which
-lives outside that counter. Colab's T4 exposes 15,095 MiB (15.83 GB) of its 16 GB and the context takes about
-0.5 GB, so a T4 is budgeted at 15.33 GB. Where the exposed memory has not been measured, the budget is the
-datasheet's figure (an upper bound).
+Two sizes per GPU, one meaning each, for every card alike:
 
-The 70 % rule (:func:`course_utils.memory.usable_gb`) applies on top of this budget for the lesson's table,
-whose estimate leaves out activations; a whole-step estimate (:mod:`course_utils.step_memory`, activations
-and backward's buffers included) is compared with the budget itself.
+* **the card's memory** (:attr:`Datasheet.total_gb`): what the driver exposes to a process where it has been
+  measured (Colab's T4: 15,095 MiB = 15.83 GB of its 16 GB), the datasheet's figure otherwise;
+* **usable** (:attr:`Datasheet.usable_gb`, :func:`usable_gb`): what PyTorch's allocator can hand out, on the
+  counter the step estimates predict: the card's memory less the CUDA context (:data:`CUDA_CONTEXT_GB`), which
+  lives outside that counter. A T4: 15.83 - 0.5 = 15.33 GB; an L4: 23.5 GB; an A100 40 GB: 39.5 GB; an A100 or
+  H100: 79.5 GB. A memory size someone types for a GPU (``budget_gb=24``) is the card's memory: usable 23.5 GB.
+
+A whole-step estimate (activations included) is judged against *usable* by
+:func:`course_utils.memory.step_verdict` ("fits" up to 90 % of it, "tight" up to 100 %); the weights-only table
+of :mod:`course_utils.memory` uses its own "70 % line" of the card's memory instead.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import NamedTuple
 from course_utils import checks
 
 #: What the CUDA context takes on a GPU (driver state, kernel images, cuBLAS workspace), outside PyTorch's
-#: allocator counter: about 0.5 GB.
+#: allocator counter: about 0.5 GB. Usable memory is the card's memory less this, on every card.
 CUDA_CONTEXT_GB = 0.5
 #: What ``torch.cuda.get_device_properties(0).total_memory`` reports on Colab's T4: 15,095 MiB = 15.83 GB.
 T4_EXPOSED_GB = 15_095 * 2**20 / 1e9
@@ -39,17 +42,23 @@ class Datasheet(NamedTuple):
     exposed_gb: float | None = None
 
     @property
-    def budget_gb(self) -> float:
-        """The memory a training step may use, in GB: the exposed memory minus the CUDA context, or the datasheet's.
+    def total_gb(self) -> float:
+        """The card's memory in GB: the exposed memory where measured, the datasheet's figure otherwise."""
+        return self.memory_gb if self.exposed_gb is None else self.exposed_gb
 
-        For the table the 70 % rule applies on top of it; a whole-step estimate is compared with it directly.
-        """
-        return self.memory_gb if self.exposed_gb is None else budget_from_total_gb(self.exposed_gb)
+    @property
+    def usable_gb(self) -> float:
+        """What PyTorch's allocator can hand out on this card, in GB: :attr:`total_gb` less the CUDA context."""
+        return usable_gb(self.total_gb)
 
 
-def budget_from_total_gb(total_gb: float) -> float:
-    """The budget of a GPU whose driver exposes ``total_gb`` GB: that minus :data:`CUDA_CONTEXT_GB`."""
-    return checks.number(total_gb, "total_gb", CUDA_CONTEXT_GB, low_open=True) - CUDA_CONTEXT_GB
+def usable_gb(memory_gb: float, name: str = "memory_gb") -> float:
+    """What PyTorch's allocator can hand out on a GPU of ``memory_gb`` GB: that less :data:`CUDA_CONTEXT_GB`.
+
+    ``memory_gb`` is the card's memory (the driver's ``total_memory``, or a size someone typed for the GPU);
+    ValueError, naming ``name``, unless it is more than the context.
+    """
+    return checks.number(memory_gb, name, CUDA_CONTEXT_GB, low_open=True) - CUDA_CONTEXT_GB
 
 
 #: Datasheet figures for the GPUs learners meet most, by short key. Consumer GeForce cards are listed at their

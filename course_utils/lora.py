@@ -36,15 +36,19 @@ def _lora_config(r: Any, alpha: Any, targets: Any) -> Any:
                           task_type="CAUSAL_LM")
 
 
-def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Sequence[str] = PROJECTIONS) -> Any:
+def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Sequence[str] = PROJECTIONS, *,
+             checkpointing: bool | None = None, kbit_preparation: bool = True) -> Any:
     """Freeze ``model`` and wrap it with LoRA adapters (peft). Returns the peft model.
 
     The adapters' A matrices start random (B starts at zero), from seed 0: the same start on every run,
     without touching the global random state.
 
     A 4- or 8-bit model first goes through peft's ``prepare_model_for_kbit_training``, the standard QLoRA step:
-    the non-quantized parts go to float32 for stable training, and on a GPU gradient checkpointing trades compute
-    for activation memory.
+    the non-quantized parts (embedding, norms, an untied output layer) go to float32 for stable training, and with
+    them the hidden states and the logits. ``kbit_preparation=False`` skips it (as Unsloth and some trainers do):
+    the 16-bit parts stay 16-bit, and only the adapters train.
+    ``checkpointing``: gradient checkpointing (non-reentrant), which trades compute for activation memory; None
+    (the lesson's choice) turns it on for a quantized model on a GPU, off otherwise.
     A quantized model also gets :func:`course_utils.models.keep_4bit_trainable_on_cpu`, so evaluating or
     generating between training steps on an AVX-512-bf16 CPU cannot break the next step.
     """
@@ -52,17 +56,21 @@ def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Se
     quantized = getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
     where = next(model.parameters()).device
     on_gpu = where.type == "cuda"
+    checkpointing = quantized and on_gpu if checkpointing is None else checkpointing
     with quiet_libraries():
         from peft import get_peft_model, prepare_model_for_kbit_training
 
         if quantized:
             keep_4bit_trainable_on_cpu(model)  # the CPU repack pitfall: see keep_4bit_trainable_on_cpu
-            # Non-reentrant checkpointing, which torch recommends and which works with frozen inputs; without
-            # it, torch warns on every run that the default will change.
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu,
+        # Non-reentrant checkpointing, which torch recommends and which works with frozen inputs; without it, torch
+        # warns on every run that the default will change.
+        if quantized and kbit_preparation:
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing,
                                                     gradient_checkpointing_kwargs={"use_reentrant": False})
-            if on_gpu:
-                model.config.use_cache = False  # the generation cache is useless (and warned about) with checkpointing
+        elif checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if checkpointing:
+            model.config.use_cache = False  # the generation cache is useless (and warned about) with checkpointing
         # The seed also fixes the GPU's random state where the model is (fork_rng restores both afterwards).
         devices = [where.index if where.index is not None else torch.cuda.current_device()] if on_gpu else []
         with torch.random.fork_rng(devices=devices):

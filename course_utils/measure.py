@@ -55,6 +55,7 @@ from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
 from course_utils.configs import read_config
 from course_utils.footprint import count_model_parameters
 from course_utils.hardware import as_device, autocast_dtype, needs_loss_scaling
+from course_utils.lora import add_lora
 from course_utils.memory import ALL_METHODS, OPTIMIZERS
 from course_utils.peak import checked_device, memory_in_use, track_peak
 from course_utils.quiet import import_bitsandbytes, quiet_libraries
@@ -68,7 +69,7 @@ _AUTOCAST_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16"
 #: (which spells them out in its signature), of :func:`step_spec` and of a case of :func:`measure_training_steps`.
 _STEP_DEFAULTS: dict[str, Any] = {"method": "lora", "batch": 8, "seq": 128, "lora_rank": 8, "targets": DEFAULT_TARGETS,
                                   "checkpointing": False, "optimizer": "adamw", "autocast": None, "compile": False,
-                                  "steps": 1, "accumulation": 1}
+                                  "steps": 1, "accumulation": 1, "kbit_preparation": True}
 #: Environment of the child process that runs a CPU step. The malloc setting makes glibc serve every
 #: allocation above 64 KiB with its own mmap, returned on free, so RSS tracks the live bytes (see module doc).
 _CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -155,7 +156,8 @@ def step_spec(config: str | os.PathLike | Mapping[str, Any], **step: Any) -> dic
     # the step chooses its dtypes (see _step_precision): the config's own are left out
     spec.update(config={k: v for k, v in cfg.items() if k not in ("torch_dtype", "dtype")},
                 targets=list(normalize_targets(spec["targets"])), checkpointing=bool(spec["checkpointing"]),
-                autocast=_normalise_autocast(spec["autocast"]), compile=bool(spec["compile"]))
+                autocast=_normalise_autocast(spec["autocast"]), compile=bool(spec["compile"]),
+                kbit_preparation=checks.flag(spec["kbit_preparation"], "kbit_preparation"))
     return spec
 
 
@@ -164,15 +166,18 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
                           targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
                           optimizer: str = "adamw", autocast: Any = None, compile: bool = False,
                           steps: int = 1, timeout_s: float = 300.0, accumulation: int = 1,
-                          device: Any = None) -> StepMeasurement:
+                          kbit_preparation: bool = True, device: Any = None) -> StepMeasurement:
     """Build the model, run a warm-up step, then measure ``steps`` training steps; see the module doc.
 
     ``method``: ``"full"`` (every weight trained, float32), ``"full-bf16"`` (every weight trained, stored in
     bfloat16 with no float32 master copy; AdamW's states are bfloat16 too), ``"lora"`` (float32 base frozen, LoRA
     adapters of rank ``lora_rank`` on ``targets``), ``"lora-bf16"`` (the frozen base in the device's 16-bit dtype:
     bfloat16, or float16 on a T4), ``"qlora"`` (the frozen base in 4-bit NF4 via bitsandbytes, computing in
-    that 16-bit dtype). ``optimizer``: ``"adamw"`` (torch, two float32 states = 8 bytes per trained
-    parameter) or ``"adamw8bit"`` (bitsandbytes, two 8-bit states + block scales, about 2 bytes).
+    that 16-bit dtype, then prepared for training as notebook 01b does: see :func:`build_model`).
+    ``kbit_preparation``: ``"qlora"`` only (ignored by the other methods, which load no 4-bit weights): False
+    skips peft's ``prepare_model_for_kbit_training``, as Unsloth and some trainers do. ``optimizer``:
+    ``"adamw"`` (torch, two float32 states = 8 bytes per trained parameter) or ``"adamw8bit"`` (bitsandbytes,
+    two 8-bit states + block scales, about 2 bytes).
     ``autocast``: None, ``"auto"`` (the device's 16-bit dtype, see :func:`_step_precision`), or ``"bf16"`` /
     ``"fp16"`` on purpose (fp16 only on CUDA). ``accumulation``: micro-batches of ``batch`` examples per
     optimizer step. ``device``: None means :func:`course_utils.hardware.pick_device`. On CPU (the process's peak
@@ -415,6 +420,10 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
 
     The 16-bit base of ``lora-bf16`` and ``qlora`` (and QLoRA's compute dtype) is :func:`_step_precision`'s:
     bfloat16, or float16 on a T4. ``full-bf16`` is the whole model in bfloat16, every parameter trainable.
+    LoRA and QLoRA get their adapters (rank ``lora_rank``, alpha twice the rank) and checkpointing from
+    :func:`course_utils.lora.add_lora`, so ``qlora`` is notebook 01b's recipe: the 4-bit NF4 load, then peft's
+    ``prepare_model_for_kbit_training`` (the embedding, norms and an untied output layer upcast to float32; the
+    step's checkpointing, non-reentrant), then LoRA; ``kbit_preparation`` False in the spec skips the middle step.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -440,17 +449,13 @@ def build_model(spec: Mapping[str, Any], device: Any = "cpu") -> Any:
                         param.data = param.data.clone()
     else:
         model = model.to(device)
-    if spec.get("checkpointing"):
+    if not ALL_METHODS[spec["method"]].trains_all:  # the course's LoRA / QLoRA recipe (notebook 01b)
+        model = add_lora(model, spec["lora_rank"], 2 * spec["lora_rank"], spec["targets"],
+                         checkpointing=bool(spec.get("checkpointing")),
+                         kbit_preparation=spec.get("kbit_preparation", True))
+    elif spec.get("checkpointing"):
         model.activation_checkpointing_enable() if hasattr(model, "activation_checkpointing_enable") \
             else model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if not ALL_METHODS[spec["method"]].trains_all:
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(r=spec["lora_rank"], lora_alpha=2 * spec["lora_rank"], lora_dropout=0.0,
-                          target_modules=list(spec["targets"]), bias="none", task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)
-        if spec.get("checkpointing"):
-            model.enable_input_require_grads()
     model.train()
     return model
 
@@ -559,7 +564,6 @@ class _Step:
         vocab = int(spec["config"]["vocab_size"])
         self.micro_batches = [torch.randint(0, vocab, (spec["batch"], spec["seq"]), generator=gen).to(dev)
                               for _ in range(spec["accumulation"])]
-        self.param_storages = {key[0] for key in map(_storage_key, _tensors_of_params(model)) if key}
         self.checkpointed = [m for m in model.modules() if _is_checkpointed_layer(m)]
         self.counts: dict[str, int] = {}
 
@@ -567,7 +571,9 @@ class _Step:
         """One optimizer step over every micro-batch; with ``count``, count the saved activations and gradients."""
         for i, ids in enumerate(self.micro_batches):
             counting = count and i == 0
-            with _count_saved_tensors(self.param_storages, self.checkpointed) if counting else nullcontext({}) as seen:
+            # the parameters' storages as they are now: a 4-bit layer's bias moves to a new one at its first forward
+            params = {key[0] for key in map(_storage_key, _tensors_of_params(self.model)) if key} if counting else set()
+            with _count_saved_tensors(params, self.checkpointed) if counting else nullcontext({}) as seen:
                 with torch.autocast(self.dev.type, dtype=self.amp_dtype, enabled=self.precision.autocast is not None):
                     loss = self.forward(input_ids=ids, labels=ids).loss / self.spec["accumulation"]
                 self.scaler.scale(loss).backward()

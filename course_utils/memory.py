@@ -13,10 +13,16 @@ The lesson's estimator counts what a training step must keep in memory *besides*
   **12 bytes** each (4 gradient + 8 AdamW). As in the lesson, the adapter's own float32 copy (4 bytes
   per number) is left out: it is 0.0018 GB for SmolLM2-135M at rank 8.
 
-GB here means 10^9 bytes. A run "fits" a memory budget when the estimate uses at most 70 % of it: the
-rest is for activations (which grow with batch and text length), the framework and the system. A GPU's
-budget is what a training process can use (:attr:`course_utils.datasheets.Datasheet.budget_gb`: a T4 gives
-15.33 GB, not 16); the 70 % rule applies on top of that, because this estimate leaves out the activations.
+GB here means 10^9 bytes. Two verdicts, one meaning each:
+
+* **the table** (this estimate, activations left out): a run "fits" a memory size when the estimate is at most
+  its **70 % line** (:func:`line_gb`, 70 % of the memory: a GPU's is the card's memory,
+  :attr:`course_utils.datasheets.Datasheet.total_gb`); the rest is for activations (which grow with batch and
+  text length), the framework and the system;
+* **a whole step** (:mod:`course_utils.step_memory`, activations included) is judged against the GPU's
+  **usable** memory, the card's memory less the 0.5 GB CUDA context (:func:`course_utils.datasheets.usable_gb`):
+  :func:`step_verdict` says "fits" up to 90 % of it (:data:`TIGHT_SHARE`), "tight" from 90 % to 100 % (the
+  caching allocator's reserve and fragmentation can still run out of memory), "does not fit" above.
 
 The lesson's table has four methods (:data:`METHODS`); :data:`EXTRA_METHODS` are selectable by key (the
 command line's ``--method``, the planners) but never shown in the table. :data:`ALL_METHODS` holds both.
@@ -34,14 +40,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from course_utils import checks
+from course_utils import checks, datasheets
 from course_utils.architecture import DEFAULT_TARGETS, MAX_LORA_RANK, Config, count_parameters, lora_adapter_params
 from course_utils.configs import config_name, read_config
-from course_utils.datasheets import lookup
 from course_utils.units import GB
 
-#: Share of a memory budget the estimate may use; the rest is for activations, the framework, the system.
-_USABLE_SHARE = 0.70
+#: The table's 70 % line: the share of a memory size the weights-only estimate may use; the rest is for
+#: activations, the framework, the system.
+LINE_SHARE = 0.70
+#: A whole-step estimate "fits" up to this share of usable memory and is "tight" above it, up to 100 %.
+TIGHT_SHARE = 0.90
+#: The verdicts of :func:`step_verdict`, from best to worst.
+STEP_VERDICTS: tuple[str, ...] = ("fits", "tight", "does not fit")
 #: SmolLM2-135M's parameter count (its architecture config, counted on the meta device).
 SMOLLM2_PARAMS = 134_515_008
 #: Numbers trained by LoRA rank 8 on q_proj and v_proj of SmolLM2-135M.
@@ -120,15 +130,15 @@ MODELS: tuple[ModelSize, ...] = (
 
 @dataclass(frozen=True)
 class Budget:
-    """A memory budget: a label for the table and its size in GB."""
+    """A memory budget: a label for the table and its memory in GB (a GPU's: the card's memory)."""
 
     label: str
     gb: float
 
     @property
-    def usable_gb(self) -> float:
-        """The part an estimate may use (70 %)."""
-        return usable_gb(self.gb)
+    def line_gb(self) -> float:
+        """The table's 70 % line of this memory (:func:`line_gb`)."""
+        return line_gb(self.gb)
 
 
 def check_budget(budget_gb: float) -> float:
@@ -141,18 +151,43 @@ BUDGETS: tuple[Budget, ...] = (Budget("laptop 16 GB", 16.0), Budget("GPU 24 GB",
 
 
 def gpu_budget(gpu: str) -> Budget:
-    """The budget of a GPU by name ('T4', 'A100-40GB'): what a training process can use there, e.g. 'T4 15.33 GB'.
+    """A GPU by name ('T4', 'A100-40GB') as a budget of its card's memory, e.g. 'T4 15.83 GB' (the exposed memory).
 
-    See :attr:`course_utils.datasheets.Datasheet.budget_gb`; :meth:`MemoryEstimate.fits` applies the 70 % rule on
-    top of it.
+    See :attr:`course_utils.datasheets.Datasheet.total_gb`; its usable memory (less the CUDA context) is
+    :func:`course_utils.datasheets.usable_gb` of ``gb``.
     """
-    gb = lookup(gpu).budget_gb
+    gb = datasheets.lookup(gpu).total_gb
     return Budget(f"{gpu} {gb:.4g} GB", gb)
 
 
-def usable_gb(budget_gb: float) -> float:
-    """The memory an estimate may use on a budget of ``budget_gb`` GB (a GPU's: what a process can use): 70 % of it."""
-    return round(check_budget(budget_gb) * _USABLE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
+def line_gb(budget_gb: float) -> float:
+    """The table's 70 % line of a memory of ``budget_gb`` GB (a GPU's: the card's memory): 70 % of it."""
+    return round(check_budget(budget_gb) * LINE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
+
+
+def step_limit_gb(memory_gb: float, device: str = "cuda", name: str = "budget_gb") -> float:
+    """What a whole training step may be handed on a machine of ``memory_gb`` GB: on ``"cuda"`` the GPU's usable
+    memory (the card's memory less the CUDA context, :func:`course_utils.datasheets.usable_gb`); on ``"cpu"`` the
+    memory itself (no CUDA context there; the CPU step estimate already counts the process's own baseline).
+
+    ValueError, naming ``name``, for a memory outside :func:`check_budget`'s range or, on a GPU, not above the context.
+    """
+    memory_gb = checks.number(memory_gb, name, MIN_BUDGET_GB, MAX_BUDGET_GB)
+    on_gpu = checks.choice(device, "device", ("cpu", "cuda")) == "cuda"
+    return datasheets.usable_gb(memory_gb, name) if on_gpu else memory_gb
+
+
+def step_verdict(peak_gb: float, usable_gb: float) -> str:
+    """The verdict on a whole-step estimate of ``peak_gb`` against ``usable_gb`` (a GPU's usable memory):
+    "fits" up to :data:`TIGHT_SHARE` (90 %) of it, "tight" above that up to 100 %, "does not fit" above 100 %.
+
+    "Tight" is not "fits": PyTorch's caching allocator reserves blocks in chunks and fragments, so a step whose
+    estimate is within a few percent of usable can still run out of memory on a real card.
+    """
+    share = checks.number(peak_gb, "peak_gb", 0) / checks.positive(usable_gb, "usable_gb")
+    if share <= TIGHT_SHARE + 1e-12:
+        return "fits"
+    return "tight" if share <= 1 + 1e-12 else "does not fit"
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,8 +231,8 @@ class MemoryEstimate:
                 "AdamW states": self.optimizer_bytes / GB}
 
     def fits(self, budget_gb: float) -> bool:
-        """True when this estimate uses at most 70 % of ``budget_gb`` (in GB)."""
-        return self.gb <= usable_gb(budget_gb) + 1e-12
+        """True when this estimate is at most the 70 % line of ``budget_gb`` (in GB; a GPU's: the card's memory)."""
+        return self.gb <= line_gb(budget_gb) + 1e-12
 
 
 def assumed_adapter_params(params: float, lora_rank: int = REFERENCE_RANK) -> float:
@@ -237,7 +272,7 @@ def estimate_table(models: Sequence[ModelSize] = MODELS, methods: Sequence[str] 
 
 
 def what_fits(budget_gb: float) -> list[MemoryEstimate]:
-    """The rows of the lesson's table that fit ``budget_gb`` (at most 70 % of it)."""
+    """The rows of the lesson's table that fit ``budget_gb`` (at most its 70 % line)."""
     return [e for e in estimate_table() if e.fits(budget_gb)]
 
 

@@ -31,6 +31,13 @@ gradient must flow through it):
   the weight, 2 bytes per parameter, kept until backward): on a small model at a small batch, autocast can
   *raise* the peak.
 * **Checkpointing** keeps each layer's input (b·s·h numbers), and recomputes one layer at a time.
+* **QLoRA as the course teaches it** (``qlora``, notebook 01b): the layers' linear weights in 4-bit NF4, then
+  peft's ``prepare_model_for_kbit_training`` upcasts everything else (embedding, norms, an untied output layer)
+  to float32. The float32 embedding makes the hidden states float32, and a bitsandbytes 4-bit layer casts its
+  input to its 16-bit compute dtype and its output back to the input's dtype: the whole residual stream, the
+  norms' outputs, the attention and MLP tensors, the checkpointed layer inputs and the logits are float32, twice
+  the bytes of a 16-bit base. ``kbit_preparation=False`` prices the recipe without that step (Unsloth, some
+  trainers): the rest stays bfloat16 and so do the activations.
 * **Pure bfloat16 full tuning** (``full-bf16``): the weights, their gradients and torch AdamW's two states
   are all bfloat16 (2 + 2 + 4 bytes per parameter, no float32 master copy); the activations are 16-bit too,
   except what RMSNorm and the loss compute in float32 (their float32 tensors are counted as above).
@@ -55,7 +62,8 @@ from course_utils.memory import ALL_METHODS, OPTIMIZERS
 from course_utils.units import GB
 
 #: Resident memory of the measuring child process after ``import torch, transformers, peft, bitsandbytes``
-#: on this course's CPU setup (torch 2.13 CPU, transformers 5.24, Python 3.11), measured: 0.43-0.45 GB.
+#: calibrated on a 2-core Intel Xeon cloud CPU (torch 2.13 CPU, transformers 5.24, Python 3.11): 0.43-0.45 GB;
+#: data/sweeps/smollm2-135m-cpu.json checks it on another CPU.
 CPU_BASELINE_BYTES = 440_000_000
 #: What the same process holds after its first training step besides tensors - the machine code of the kernels
 #: that step loaded, thread pools, allocator caches: 30-62 MB measured on CPU (scripts/memory_sweep.py).
@@ -96,11 +104,14 @@ class _Walk:
     """
 
     def __init__(self, arch: Architecture, batch: int, seq: int, method: str, rank: int, targets: Sequence[str],
-                 autocast: bool) -> None:
+                 autocast: bool, kbit_preparation: bool = True) -> None:
         self.arch, self.tokens, self.seq, self.rank, self.targets = arch, batch * seq, seq, rank, targets
         self.autocast = autocast
         self.full = ALL_METHODS[method].trains_all  # every weight trains
-        self.model_bytes = ALL_METHODS[method].model_bytes  # bytes of the hidden states / non-quantized weights
+        # bytes per number of the layers' linear weights (0: 4-bit), and of the other weights (embedding, norms,
+        # output layer) and so of the hidden states: float32 after QLoRA's k-bit preparation, else the base's dtype
+        self.linear_bytes = 0 if method == "qlora" else ALL_METHODS[method].model_bytes
+        self.rest_bytes = 4 if method == "qlora" and kbit_preparation else ALL_METHODS[method].model_bytes
         self.saved: dict[_T | str, tuple[str, int]] = {}
 
     def save(self, t: _T, what: str) -> None:
@@ -113,14 +124,16 @@ class _Walk:
     def total(self) -> int:
         return sum(b for _, b in self.saved.values())
 
-    def linear(self, x: _T, fan_in: int, fan_out: int, name: str, lora: bool = False) -> _T:
+    def linear(self, x: _T, fan_in: int, fan_out: int, name: str, weight_bytes: int, lora: bool = False) -> _T:
+        """A linear layer whose weight has ``weight_bytes`` per number (0: 4-bit, which saves nothing autograd sees:
+        bitsandbytes casts the input to its compute dtype and its output back to the input's dtype)."""
         autocast = self.autocast
         xc = x.cast(2) if autocast else x  # autocast casts the input for every call (no cache for activations)
-        if autocast and self.model_bytes == 4 and xc.rg:  # the bfloat16 weight copy, kept for the input's gradient
+        if autocast and weight_bytes == 4 and xc.rg:  # the bfloat16 weight copy, kept for the input's gradient
             self.save_const(f"{name}.weight_bf16", fan_in * fan_out * 2, "bf16 weight copies (autocast)")
         if self.full:
             self.save(xc, "linear inputs (trained weights)")
-        out_bytes = 2 if (autocast or self.model_bytes == 2) else 4
+        out_bytes = x.nbytes if not weight_bytes else 2 if autocast else weight_bytes
         if not lora:
             return _T(fan_out, out_bytes, x.rg or self.full)
         xa = x.cast(4).cast(2 if autocast else 4)  # peft casts to the adapter's float32 (autocast: back to 16 bits)
@@ -140,14 +153,15 @@ class _Walk:
         hn = _T(x.width, 4, h.rg).cast(x.nbytes)  # normalized, back in the input's dtype
         if self.full:
             self.save(hn, "norms")
-        return _T(x.width, max(self.model_bytes, x.nbytes), hn.rg or self.full)
+        return _T(x.width, max(self.rest_bytes, x.nbytes), hn.rg or self.full)  # weight * normalized
 
     def _proj(self, x: _T, name: str, layer: int) -> _T:
         fan_in, fan_out = self.arch.projection_shapes()[name]
-        return self.linear(x, fan_in, fan_out, f"L{layer}.{name}", lora=not self.full and name in self.targets)
+        return self.linear(x, fan_in, fan_out, f"L{layer}.{name}", self.linear_bytes,
+                           lora=not self.full and name in self.targets)
 
     def attention(self, x: _T, layer: int) -> _T:
-        a, rope_bytes = self.arch, self.model_bytes
+        a, rope_bytes = self.arch, self.rest_bytes  # cos and sin take the embedding output's dtype
         q, k, v = (self._proj(x, n, layer) for n in ("q_proj", "k_proj", "v_proj"))
         if a.qk_norm:
             q, k = self.rmsnorm(q, a.heads), self.rmsnorm(k, a.kv_heads)
@@ -189,21 +203,23 @@ class Activations:
     total: int
     by_kind: dict[str, int]
     per_layer: int  # the last layer's saved bytes (what checkpointing recomputes at a time)
+    hidden_bytes: int  # bytes per number of the hidden states (and of the embedding, norms and output layer)
 
 
 def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str = "lora", lora_rank: int = 8,
                       targets: Sequence[str] = ("q_proj", "v_proj"), autocast: bool = False,
-                      checkpointing: bool = False) -> Activations:
+                      checkpointing: bool = False, kbit_preparation: bool = True) -> Activations:
     """Bytes autograd keeps for backward after the forward pass of one micro-batch (exact for Llama-family).
 
     Counted like ``saved_tensors_hooks`` sees them (each storage once, parameters excluded); with
-    checkpointing, each checkpointed layer keeps its input instead of its insides.
+    checkpointing, each checkpointed layer keeps its input instead of its insides. ``kbit_preparation``: see
+    :func:`estimate_step` (``qlora`` only).
     """
-    walk = _Walk(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast))
+    walk = _Walk(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast), bool(kbit_preparation))
     if walk.full:
         walk.save_const("input_ids", walk.tokens * 8, "token ids and labels")
     # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
-    x = _T(arch.hidden, walk.model_bytes, walk.full or bool(checkpointing))
+    x = _T(arch.hidden, walk.rest_bytes, walk.full or bool(checkpointing))
     per_layer = 0  # the last layer's saved bytes (layers after the first are alike; the first also saves cos/sin)
     for i in range(arch.layers):
         outer = walk.saved
@@ -214,7 +230,7 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
         x = walk.layer(x, i)
         per_layer = walk.total - before
         walk.saved = outer
-    walk.linear(walk.rmsnorm(x, 1), arch.hidden, arch.vocab, "lm_head")
+    walk.linear(walk.rmsnorm(x, 1), arch.hidden, arch.vocab, "lm_head", walk.rest_bytes)
     # the logits always need a gradient (LoRA puts adapters in every layer): log_softmax keeps its float32
     # output; nll_loss keeps the labels and a scalar
     walk.save(_T(arch.vocab, 4, True), "logits path (log-softmax, float32)")
@@ -223,7 +239,7 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
     by_kind: dict[str, int] = {}
     for what, nbytes in walk.saved.values():
         by_kind[what] = by_kind.get(what, 0) + nbytes
-    return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer)
+    return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer, hidden_bytes=walk.rest_bytes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,11 +250,12 @@ class StepEstimate:
     """The predicted peak of a training step, with the parts that make it up at the peak moment.
 
     ``spec`` holds the step as :func:`estimate_step` checked its arguments (``method``, ``batch``, ``seq``,
-    ``lora_rank``, ``targets``, ``checkpointing``, ``optimizer``, ``autocast``, ``accumulation``).
+    ``lora_rank``, ``targets``, ``checkpointing``, ``optimizer``, ``autocast``, ``accumulation``,
+    ``kbit_preparation``).
     """
 
     arch: Architecture
-    spec: dict[str, Any]  # the step: estimate_step's checked arguments (method, batch, seq, ..., accumulation)
+    spec: dict[str, Any]  # the step: estimate_step's checked arguments (method, batch, seq, ..., kbit_preparation)
     device: str
     baseline_bytes: int
     runtime_bytes: int
@@ -262,13 +279,15 @@ class StepEstimate:
     def parts(self) -> list[tuple[str, int]]:
         """(label, bytes) of everything in memory at the peak moment, in print order."""
         # torch AdamW's two states take the trained tensor's dtype: 8 bytes per trained number, 4 for full-bf16
-        method, per = self.spec["method"], 2 * ALL_METHODS[self.spec["method"]].trained_bytes
+        spec, per = self.spec, 2 * ALL_METHODS[self.spec["method"]].trained_bytes
+        weights = (f"NF4 base, {_rest_dtype(spec)} embedding/norms + float32 adapters" if spec["method"] == "qlora"
+                   else ALL_METHODS[spec["method"]].weights)
         adamw = "8-bit AdamW" if self.spec["optimizer"] == "adamw8bit" else f"AdamW, {per} bytes"
         return [("framework baseline" + (" (CPU process after imports)" if self.device == "cpu"
                                          else " (allocator counter; CUDA context not counted)"), self.baseline_bytes),
                 *([("framework runtime after a first step (kernels, threads)", self.runtime_bytes)]
                   if self.runtime_bytes else []),
-                (f"weights ({ALL_METHODS[method].weights})", self.weights_bytes),
+                (f"weights ({weights})", self.weights_bytes),
                 (f"optimizer states ({adamw} per trained number)", self.optimizer_bytes),
                 *self.moments[self.peak_moment].items()]
 
@@ -290,6 +309,8 @@ class StepEstimate:
         spec, meth = self.spec, ALL_METHODS[self.spec["method"]]
         return (f"{self.arch.name}, {meth.label}"
                 + ("" if meth.trains_all else f" (rank {spec['lora_rank']} on {', '.join(spec['targets'])})")
+                + (f", {'' if spec['kbit_preparation'] else 'no '}k-bit preparation ({_rest_dtype(spec)} embedding "
+                   "and norms)" if spec["method"] == "qlora" else "")
                 + f", batch {spec['batch']} x {spec['seq']} tokens"
                 + (f" x {spec['accumulation']} micro-batches" if spec["accumulation"] > 1 else "")
                 + f", {'8-bit AdamW' if spec['optimizer'] == 'adamw8bit' else 'AdamW'}"
@@ -302,6 +323,11 @@ class StepEstimate:
         return "\n".join([f"Training-step estimate: {self.describe()} ({self.device})",
                           f"peak moment: {self.peak_moment}",
                           *(f"  {label:<58} {b / GB:7.2f} GB" for label, b in rows)])
+
+
+def _rest_dtype(spec: dict[str, Any]) -> str:
+    """The dtype of a QLoRA step's embedding and norms: float32 after the k-bit preparation, else bfloat16."""
+    return "float32" if spec["kbit_preparation"] else "bfloat16"
 
 
 def _category(label: str) -> str:
@@ -353,25 +379,31 @@ def estimate_device_for(device: Any = None) -> str:
     return "cuda" if as_device(device).type == "cuda" else "cpu"
 
 
-def _weights_bytes(arch: Architecture, method: str, adapter_params: int) -> int:
-    """Bytes of the model's weights for ``method``: the base in its dtype, float32 adapters, rotary buffers."""
+def _weights_bytes(arch: Architecture, method: str, adapter_params: int, rest: int) -> int:
+    """Bytes of the model's weights for ``method``: the base in its dtype, float32 adapters, rotary buffers.
+
+    QLoRA: the layers' linear weights in NF4; the rest (embedding, norms, an untied output layer) in ``rest`` bytes
+    (4 after the k-bit preparation, else 2); a 4-bit layer's bias in the compute dtype (bitsandbytes casts it there
+    at its first forward, after the preparation's upcast).
+    """
     if method != "qlora":
         base = ALL_METHODS[method].model_bytes * arch.params
-    else:  # qlora: the layers' linear weights in NF4, the rest (embedding, norms) in bfloat16
-        base = sum(round(_NF4_BYTES_PER_PARAM * n) + _NF4_CODE_BYTES if is_linear else 2 * n
-                   for _, n, is_linear in arch.param_tensors())
+    else:
+        base = sum(round(_NF4_BYTES_PER_PARAM * n) + _NF4_CODE_BYTES if is_linear
+                   else (2 if name.endswith(".bias") else rest) * n for name, n, is_linear in arch.param_tensors())
     rotary_buffers = 2 * (arch.head_dim // 2) * 4  # inv_freq and its original copy, float32
     return base + 4 * adapter_params + rotary_buffers
 
 
 def _backward_moments(arch: Architecture, acts: Activations, *, method: str, tokens: int, checkpointing: bool,
-                      autocast: bool, grads: int, held_grads: int) -> dict[str, dict[str, int]]:
+                      autocast: bool, grads: int, held_grads: int, hidden_bytes: int) -> dict[str, dict[str, int]]:
     """The candidate peak moments of backward, each as its parts on top of baseline + weights + optimizer states.
 
     A gradient has its weight's dtype: 4 bytes per number, 2 for ``full-bf16``. Full tuning also trains the
     head and the embedding, whose backward makes a dense (vocab x hidden) gradient. A tied embedding gets two
     contributions (head and embedding): autograd holds the head's until the embedding's arrives, then adds
-    them into a third tensor. With accumulation, the .grad being added to exists as well.
+    them into a third tensor. With accumulation, the .grad being added to exists as well. ``hidden_bytes``: bytes
+    per number of the hidden states, and so of their gradient (QLoRA: 4 after the k-bit preparation, else 2).
     """
     full, gb = ALL_METHODS[method].trains_all, ALL_METHODS[method].trained_bytes  # bytes per gradient number
     logits_fp32 = tokens * arch.vocab * 4  # the loss path's tensors
@@ -391,7 +423,7 @@ def _backward_moments(arch: Architecture, acts: Activations, *, method: str, tok
         moments["backward of the top layer (recomputed)"] = {
             "activations saved for backward": saved_before_loss,
             "one layer's recomputed activations": acts.per_layer,
-            "gradient of the hidden states": tokens * arch.hidden * gb, **head_grad, **kept}
+            "gradient of the hidden states": tokens * arch.hidden * hidden_bytes, **head_grad, **kept}
     if full and arch.tied:
         moments["end of backward (embedding gradient)"] = {
             "gradients of the other weights": grads - gb * head,
@@ -407,13 +439,17 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
                   batch: int = 8, seq: int = 128, lora_rank: int = 8,
                   targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
                   optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: Any = "cpu",
-                  baseline_bytes: int | None = None) -> StepEstimate:
+                  baseline_bytes: int | None = None, kbit_preparation: bool = True) -> StepEstimate:
     """Predict the peak memory of one training step (steady state: the optimizer states already exist).
 
-    Same arguments as :func:`course_utils.measure.measure_training_step`. ``device``: ``"cpu"`` (peak
-    resident memory of a process, baseline = the imports) or ``"cuda"`` (PyTorch's allocator counter,
-    baseline 0); a ``torch.device`` of either type is accepted too. To compare with a measurement, pass
-    :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the framework baseline.
+    Same arguments as :func:`course_utils.measure.measure_training_step`. ``kbit_preparation`` (``qlora``
+    only; the other methods load no 4-bit weights and ignore it): True prices notebook 01b's recipe, peft's
+    ``prepare_model_for_kbit_training`` after the 4-bit load (float32 embedding, norms and output layer, so
+    float32 hidden states and logits); False the 4-bit load and LoRA without it (bfloat16 rest and activations).
+    ``device``: ``"cpu"`` (peak resident memory of a process, baseline = the imports) or ``"cuda"`` (PyTorch's
+    allocator counter, baseline 0); a ``torch.device`` of either type is accepted too. To compare with a
+    measurement, pass :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the
+    framework baseline.
     """
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
     device = checks.choice(getattr(device, "type", device), "device", ("cpu", "cuda"))  # a torch.device: its type
@@ -423,8 +459,9 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
                               (lora_rank, "lora_rank", MAX_LORA_RANK), (accumulation, "accumulation", 100_000)):
         checks.integer(value, name, 1, high)
     targets, checkpointing, autocast = normalize_targets(targets), bool(checkpointing), bool(autocast)
+    kbit_preparation = checks.flag(kbit_preparation, "kbit_preparation")
     spec = dict(method=method, batch=batch, seq=seq, lora_rank=lora_rank, targets=targets, checkpointing=checkpointing,
-                optimizer=optimizer, autocast=autocast, accumulation=accumulation)
+                optimizer=optimizer, autocast=autocast, accumulation=accumulation, kbit_preparation=kbit_preparation)
     # on CUDA the allocator counter starts at 0: the CUDA context (0.3-0.6 GB) lives outside it
     if baseline_bytes is None:
         baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else 0
@@ -433,15 +470,17 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
     per = ALL_METHODS[method].trained_bytes  # bytes per trained number: its gradient and each AdamW state
     grads = per * sum(trained_sizes)
     acts = saved_activations(arch, batch, seq, method=method, lora_rank=lora_rank, targets=targets,
-                             autocast=autocast, checkpointing=checkpointing)
+                             autocast=autocast, checkpointing=checkpointing, kbit_preparation=kbit_preparation)
     moments = _backward_moments(arch, acts, method=method, tokens=batch * seq, checkpointing=checkpointing,
-                                autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0)
+                                autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0,
+                                hidden_bytes=acts.hidden_bytes)
     scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device, per)
     moments["optimizer step"] = {"gradients": grads, **({"optimizer scratch": scratch} if scratch else {})}
     peak = max(moments, key=lambda k: sum(moments[k].values()))
     return StepEstimate(arch=arch, spec=spec, device=device, baseline_bytes=int(baseline_bytes),
                         runtime_bytes=CPU_RUNTIME_BYTES if device == "cpu" else 0,
-                        weights_bytes=_weights_bytes(arch, method, 0 if trains_all else sum(trained_sizes)),
+                        weights_bytes=_weights_bytes(arch, method, 0 if trains_all else sum(trained_sizes),
+                                                     acts.hidden_bytes),
                         grads_bytes=grads, optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer, per),
                         activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak)
 

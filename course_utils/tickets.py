@@ -1,17 +1,22 @@
-"""The ticket-routing task of notebooks 01b and 04: read a support ticket, answer with strict JSON naming a team.
+"""The ticket-routing task of notebook 01b (04's project): read a support ticket, answer with strict JSON naming a team.
 
-A small made-up dataset ships in ``data/tickets``: ``train.jsonl`` (training tickets) and ``heldout.jsonl``
-(tickets the model never trains on, to test it), one ``{"text": ..., "team": ...}`` per line, with the teams
-of :data:`TEAMS`. The model answers ``{"team": "billing"}`` and nothing else; :func:`parse_answer` is strict:
-any other text is not a valid answer.
+A small dataset written for the course ships in ``data/tickets``: ``train.jsonl`` (training tickets) and
+``heldout.jsonl`` (tickets the model never trains on, to test it), one ``{"text": ..., "team": ...}`` per line,
+with the teams of :data:`TEAMS`. The instruction asks for ``{"team": "billing"}`` and nothing else;
+:func:`parse_answer` is strict about that format, while :func:`team_named` reads the team from any answer, so a
+model that answers in prose still gets a fair score for the team.
 
 The pieces QLoRA needs, kept out of the notebook: the chat prompt (:func:`prompt_text`), a training example
 whose loss covers the answer only (:func:`training_example`), greedy answers for many tickets at once
-(:func:`route`) and the two shares the lesson reports (:func:`score`). Nothing heavy is imported here.
+(:func:`route`), the two counts the lesson reports (:func:`score`), and what those counts are compared with:
+the most common training team (:func:`majority_team`), chance (:func:`chance_tail`, :func:`margin_over_chance`)
+and a 95 % interval (:func:`wilson_interval`). Nothing heavy is imported here.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -23,7 +28,10 @@ if TYPE_CHECKING:
 #: The four teams a ticket can go to, in the order the instructions list them.
 TEAMS = ("billing", "technical", "account", "shipping")
 #: The instruction the model reads before every ticket (the system message of the chat template).
-INSTRUCTION = "Route the customer's support ticket to one team: billing, technical, account or shipping."
+INSTRUCTION = ("Route the customer's support ticket to one team: billing, technical, account or shipping. "
+               'Answer with JSON only, in the form {"team": "<team>"}.')
+#: A team's name as a whole word, in any case: how :func:`team_named` finds the teams an answer names.
+_TEAM_WORD = re.compile(r"\b(" + "|".join(TEAMS) + r")\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,17 @@ def parse_answer(text: str) -> str | None:
     if isinstance(value, dict) and list(value) == ["team"] and isinstance(value["team"], str):
         return value["team"]
     return None
+
+
+def team_named(text: str) -> str | None:
+    """The one team an answer names, or None: the "team" value of a valid JSON answer, else the text itself.
+
+    Fair to an answer in prose ("This is one for the billing team.") and strict about doubt: an answer that names
+    no team, or more than one ("billing or account"), names none. Teams count as whole words, in any case.
+    """
+    parsed = parse_answer(text)
+    named = {word.lower() for word in _TEAM_WORD.findall(text if parsed is None else parsed)}
+    return named.pop() if len(named) == 1 else None
 
 
 def prompt_text(tokenizer: Any, ticket: Ticket) -> str:
@@ -123,7 +142,7 @@ def training_example(tokenizer: Any, ticket: Ticket, device: torch.device | str 
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels, "logits_to_keep": keep}
 
 
-def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens: int = 12) -> list[str]:
+def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens: int = 20) -> list[str]:
     """The model's greedy answers to ``tickets``, generated together (left padding), prompts left out."""
     import torch
 
@@ -158,7 +177,7 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
 
 @dataclass(frozen=True)
 class Score:
-    """How many answers were valid JSON, and how many named the right team, out of ``total`` tickets."""
+    """How many answers were valid JSON, and how many named the right team (:func:`team_named`), of ``total``."""
 
     valid: int
     right: int
@@ -166,10 +185,58 @@ class Score:
 
 
 def score(answers: Sequence[str], tickets: Sequence[Ticket]) -> Score:
-    """Count the valid JSON answers and the right teams (:func:`parse_answer`) of ``answers`` to ``tickets``."""
+    """Count the valid JSON answers (:func:`parse_answer`) and the right teams (:func:`team_named`) of ``answers``."""
     if len(answers) != len(tickets) or not tickets:
         raise ValueError(f"need one answer per ticket, got {len(answers)} answers for {len(tickets)} tickets")
     if not all(isinstance(a, str) for a in answers):
         raise TypeError("answers must be strings (what route returns)")
-    teams = [parse_answer(a) for a in answers]
-    return Score(sum(t is not None for t in teams), sum(t == k.team for t, k in zip(teams, tickets)), len(tickets))
+    valid = sum(parse_answer(a) is not None for a in answers)
+    return Score(valid, sum(team_named(a) == t.team for a, t in zip(answers, tickets)), len(tickets))
+
+
+def majority_team(tickets: Sequence[Ticket]) -> str:
+    """The most common team of ``tickets`` (a baseline always answers it); on a tie, the first in :data:`TEAMS`."""
+    teams = [t.team for t in tickets]
+    return max(TEAMS, key=teams.count)
+
+
+def chance_tail(total: int, right: int) -> float:
+    """The chance that a guesser, one chance in four per ticket, names the right team on ``right`` of ``total`` or more.
+
+    The upper tail of the binomial distribution: the sum over k >= ``right`` of C(total, k) p^k (1 - p)^(total - k),
+    with p = 1 / len(TEAMS).
+    """
+    total = checks.integer(total, "total", 1)
+    right = checks.integer(right, "right", 0, total)
+    p = 1 / len(TEAMS)
+    return sum(math.comb(total, k) * p**k * (1 - p) ** (total - k) for k in range(right, total + 1))
+
+
+def margin_over_chance(total: int, level: float = 0.01) -> int:
+    """k of the lesson's check "right team on at least k more of ``total`` tickets than every baseline".
+
+    Why k: a model that guesses a team at random is right on Binomial(total, 1/4) tickets, total/4 on average,
+    which is what always answering one team scores on a balanced held-out set. k is the smallest margin above
+    total/4 that such a guesser reaches with a chance of ``level`` or less (:func:`chance_tail`). On 48 tickets
+    at 1 %: a guesser reaches 12 + 7 = 19 with a chance of 1.8 %, 12 + 8 = 20 with 0.8 %, so k = 8. A smaller
+    margin, say "more than before", a guesser passes often: 13 or more of 48 with a chance of 42 %.
+    """
+    checks.number(level, "level", 0, 1, low_open=True)
+    base = math.ceil(checks.integer(total, "total", 1) / len(TEAMS))
+    k = 0
+    while base + k < total and chance_tail(total, base + k) > level:
+        k += 1
+    return k
+
+
+def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of the share ``successes / total`` (95 % for z = 1.96), as two shares in [0, 1].
+
+    Unlike share ± z·sqrt(share (1 - share) / total), it stays inside [0, 1] and is not zero wide at 0 or total.
+    """
+    total = checks.integer(total, "total", 1)
+    share = checks.integer(successes, "successes", 0, total) / total
+    z2 = checks.positive(z, "z") ** 2 / total
+    centre = (share + z2 / 2) / (1 + z2)
+    half = z * math.sqrt(share * (1 - share) / total + z2 / (4 * total)) / (1 + z2)
+    return max(0.0, centre - half), min(1.0, centre + half)

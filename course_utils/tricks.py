@@ -61,7 +61,7 @@ TRICKS: dict[str, Trick] = {
     "bf16": Trick("16-bit autocast", {"autocast": "auto"},
                   "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost"),
     "adamw8bit": Trick("8-bit AdamW", {"optimizer": "adamw8bit"},
-                       "8-bit Adam state; saves a lot when training big models (8 -> 2 bytes per trained number)"),
+                       "8-bit Adam state; saves a lot when training big models"),
     "compile": Trick("torch.compile", {"compile": True},
                      "1.2-1.5x speed-up on stable shapes; sometimes hurts on dynamic shapes"),
     "accumulation": Trick("accumulation (4 micro-batches)", {"accumulation": 4},
@@ -75,12 +75,11 @@ COMPARISON: tuple[tuple[str, str, str, str], ...] = (
      "Numerical care: loss scaling and the right GPU"),
     ("Gradient accumulation", "When the weights are updated", "Big batches on a small GPU",
      "Slower than a real big batch"),
-    ("Gradient checkpointing", "What is kept for backward", "Activation memory of one layer, not all",
-     "One extra forward pass (~30 % slower)"),
-    ("8-bit optimizer", "How the optimizer's states are stored", "2 instead of 8 bytes per trained number",
-     "Needs bitsandbytes; little gain when few numbers are trained (LoRA)"),
-    ("torch.compile", "How the step is executed", "Faster steps on stable shapes",
-     "Compile time up front; dynamic shapes can recompile"),
+    ("Gradient checkpointing", "What is kept for backward", "Each layer keeps only its input",
+     "One extra forward (~30 % slower)"),
+    ("8-bit optimizer", "How optimizer states are stored", "2 instead of 8 bytes per trained number",
+     "Needs bitsandbytes; small gain for LoRA"),
+    ("torch.compile", "How the step runs", "Faster steps on stable shapes", "Compile time; new shapes recompile"),
 )
 
 
@@ -141,11 +140,6 @@ def estimate_step_for(kwargs: Mapping[str, Any], config: Any, device: Any = None
     keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
     return estimate_step(config, autocast=bool(kwargs.get("autocast")), device=estimate_device_for(device),
                          **{k: kwargs[k] for k in keys if k in kwargs})
-
-
-def estimate_for(kwargs: Mapping[str, Any], config: Any, device: Any = None) -> int:
-    """The predicted peak (bytes) for the same keyword arguments, on ``device`` (see :func:`estimate_step_for`)."""
-    return estimate_step_for(kwargs, config, device).peak_bytes
 
 
 def measure_tricks(config: Any, base: Mapping[str, Any], keys: Sequence[str] = tuple(TRICKS), *,

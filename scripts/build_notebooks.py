@@ -23,7 +23,7 @@ Usage (from the repo root, with the course environment):
     python scripts/build_notebooks.py --no-outputs 02_mixed_precision   # overwrite an executed one, outputs dropped
     python scripts/build_notebooks.py --execute 02_mixed_precision   # one notebook
     python scripts/build_notebooks.py --check    # exit 1 if a committed notebook drifted from its source
-    python scripts/build_notebooks.py --restamp  # prose or slide markers changed, code did not: keep the outputs
+    python scripts/build_notebooks.py --restamp  # prose changed, code did not: keep the outputs; restamp the docs
     python scripts/build_notebooks.py --slides build/slides   # export static HTML slides (reveal.js)
 
 Stamped from the sources, never written by hand:
@@ -32,8 +32,10 @@ Stamped from the sources, never written by hand:
   a slide that grows taller than the screen is split, and ``# %% [markdown] slide="notes"`` (or any of
   :data:`SLIDE_TYPES`) in a source overrides the rule for that cell. RISE (jupyterlab-rise) and nbconvert's
   slides read it;
-- with ``--execute``, each cell's run time on this machine, into ``notebooks/cell_times.json`` and the table of
-  INSTRUCTORS.md.
+- with ``--execute``, each cell's run time and this machine (:func:`machine_record`: CPU, cores, AVX-512-bf16 and
+  AMX, OS, torch, date) into ``notebooks/cell_times.json``;
+- from ``notebooks/cell_times.json`` (with ``--execute``, ``--restamp`` and a plain build; ``--check`` fails when
+  they drifted): README.md's run-time sentence and INSTRUCTORS.md's cell-time table, each between its markers.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ import sys
 from dataclasses import dataclass
 import time
 from datetime import datetime
+from importlib import metadata
 from pathlib import Path
 
 import jupytext
@@ -467,25 +470,74 @@ TIMES_START, TIMES_END = "<!-- cell-times:start -->", "<!-- cell-times:end -->"
 SLOW_CELL_S = 2.0
 
 
-def machine_summary() -> str:
-    """One line naming this machine's CPU, for the cell-time records."""
+def cpu_info(path: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str] | None]:
+    """This CPU's model name and feature flags from ``path`` (Linux); the platform's name and None elsewhere."""
     model = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        pass
-    return f"{os.cpu_count()}-core {model}, no GPU, torch threads as the notebook sets them"
+        return model, None
+    fields: dict[str, str] = {}
+    for line in lines:  # the first processor's fields
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = fields.get("flags", fields.get("Features"))
+    return fields.get("model name") or model, None if flags is None else set(flags.split())
+
+
+def machine_record() -> dict[str, object]:
+    """This machine, as ``notebooks/cell_times.json`` records it next to the cell times of an ``--execute`` run.
+
+    ``avx512_bf16`` and ``amx_bf16`` (bfloat16 instructions, and Intel's bfloat16 matrix units) decide how fast
+    the 16-bit cells run on a CPU; None where the flags cannot be read (not Linux). The notebooks run on the CPU
+    (:data:`EXEC_ENV` hides any GPU).
+    """
+    model, flags = cpu_info()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "avx512_bf16": None if flags is None else "avx512_bf16" in flags,
+        "amx_bf16": None if flags is None else "amx_bf16" in flags,
+        "os": f"{platform.system()} {platform.release()}",
+        "torch": torch_version,
+    }
+
+
+def describe_machine(machine: dict | str) -> str:
+    """A :func:`machine_record` in words; a record written before the build kept one (a plain string) as it is."""
+    if isinstance(machine, str):
+        return machine
+    if machine["avx512_bf16"] is None:
+        units = "bfloat16 flags unknown"
+    else:
+        units = ", ".join(("" if machine[key] else "no ") + name
+                          for key, name in (("avx512_bf16", "AVX-512-bf16"), ("amx_bf16", "AMX")))
+    return (f"{machine['cores']}-core {machine['cpu']} ({units}), {machine['os']}, torch {machine['torch']}, "
+            f"CPU only")
+
+
+def load_times() -> dict[str, dict]:
+    """``notebooks/cell_times.json``: per notebook stem, its machine, date, total seconds and cell seconds."""
+    return json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
 
 
 def record_times(stem: str, seconds: dict[str, float]) -> None:
-    """Store one notebook's cell times in ``notebooks/cell_times.json`` (other notebooks' entries stay)."""
-    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
-    times[stem] = {"machine": machine_summary(), "date": datetime.now().date().isoformat(),
+    """Store one notebook's cell times and this machine in ``notebooks/cell_times.json`` (other entries stay)."""
+    times = load_times()
+    times[stem] = {"machine": machine_record(), "date": datetime.now().date().isoformat(),
                    "total_s": round(sum(seconds.values()), 1), "cells": seconds}
     TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def timed_notebooks() -> list[tuple[str, dict]]:
+    """(stem, entry) of :func:`load_times` in teaching order, for every notebook that exists and has times."""
+    times = load_times()
+    stems = [Path(info.filename).stem for info in about.NOTEBOOKS]
+    return [(stem, times[stem]) for stem in stems if stem in times and (OUT / f"{stem}.ipynb").exists()]
 
 
 def section_of(nb: nbformat.NotebookNode, index: int) -> str:
@@ -500,16 +552,12 @@ def section_of(nb: nbformat.NotebookNode, index: int) -> str:
 
 def times_table() -> str:
     """The guide's table: each notebook's total and its cells slower than :data:`SLOW_CELL_S`."""
-    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
     lines = []
-    for info in about.NOTEBOOKS:
-        stem = Path(info.filename).stem
-        if stem not in times:
-            continue
-        entry = times[stem]
-        nb = nbformat.read(OUT / info.filename, as_version=4)
+    for stem, entry in timed_notebooks():
+        nb = nbformat.read(OUT / f"{stem}.ipynb", as_version=4)
         ids = {c["id"]: i for i, c in enumerate(nb.cells)}
-        lines += [f"**{stem}** — {entry['total_s']:.0f} s of cells in all ({entry['machine']}, {entry['date']}).", "",
+        machine = describe_machine(entry["machine"])
+        lines += [f"**{stem}** — {entry['total_s']:.0f} s of cells in all ({machine}, {entry['date']}).", "",
                   "| cell | section | first line | seconds |", "| --- | --- | --- | --- |"]
         for cell_id, sec in entry["cells"].items():
             if sec >= SLOW_CELL_S and cell_id in ids:
@@ -519,6 +567,40 @@ def times_table() -> str:
                 lines.append(f"| {cell_id} | {section_of(nb, ids[cell_id])} | `{first}` | {sec:.1f} |")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+#: The core path's minutes in a notebook's header, as :func:`time_line` writes them.
+STUDY_TIME = re.compile(r"\*\*Time:\*\* about (\d+) minutes")
+
+
+def run_time_sentence() -> str:
+    """The README's run-time and study-time sentences, from ``notebooks/cell_times.json`` and the notebooks' headers.
+
+    Notebooks timed on the same machine are listed together, with that machine and the dates of their runs.
+    """
+    groups: dict[str, list[tuple[str, dict]]] = {}
+    for stem, entry in timed_notebooks():
+        groups.setdefault(describe_machine(entry["machine"]), []).append((stem, entry))
+    parts = []
+    for machine, entries in groups.items():
+        dates = sorted({entry["date"] for _, entry in entries})
+        when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        totals = ", ".join(f"{stem.split('_')[0]} {entry['total_s']:.0f} s" for stem, entry in entries)
+        parts.append(f"{totals} on a {machine} ({when})")
+    run = (f"Each notebook's cells, run top to bottom, took {'; '.join(parts) or '(not measured yet)'}: the sum of "
+           f"their times as `scripts/build_notebooks.py --execute` measured them (`notebooks/cell_times.json`).")
+    minutes = [m for m in (study_time(OUT / info.filename) for info in about.NOTEBOOKS) if m is not None]
+    if not minutes:
+        return run
+    return f"{run} Study time of each core path, from the notebooks' headers: {min(minutes)}–{max(minutes)} minutes."
+
+
+def study_time(path: Path) -> int | None:
+    """The core path's study minutes in the header of the notebook at ``path``; None when it has none."""
+    if not path.exists():
+        return None
+    found = STUDY_TIME.search(nbformat.read(path, as_version=4).cells[0].source)
+    return int(found.group(1)) if found else None
 
 
 def stamp_between(text: str, start: str, end: str, body: str) -> str:
@@ -552,6 +634,7 @@ def export_slides(stems: list[str], folder: Path, reveal_prefix: str | None) -> 
 
 README = ROOT / "README.md"
 TABLE_START, TABLE_END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
+RUN_TIMES_START, RUN_TIMES_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
 
 
 def readme_table() -> str:
@@ -565,8 +648,14 @@ def readme_table() -> str:
 
 
 def stamp_readme(text: str) -> str:
-    """``text`` with the notebook table between the README markers replaced by :func:`readme_table`."""
-    return stamp_between(text, TABLE_START, TABLE_END, readme_table())
+    """``text`` with the README's notebook table and run-time sentence stamped between their markers."""
+    text = stamp_between(text, TABLE_START, TABLE_END, readme_table())
+    return stamp_between(text, RUN_TIMES_START, RUN_TIMES_END, run_time_sentence())
+
+
+def stamp_guide(text: str) -> str:
+    """``text`` with INSTRUCTORS.md's cell-time table stamped between its markers."""
+    return stamp_between(text, TIMES_START, TIMES_END, times_table())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -586,17 +675,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def stamp_or_check_readme(check: bool) -> int:
-    """Stamp README.md's notebook table from about.py, or (``check``) return 1 when it drifted."""
-    readme = README.read_text(encoding="utf-8")
-    if stamp_readme(readme) == readme:
-        return 0
-    if check:
-        print("DRIFT: README.md's notebook table differs from course_utils/about.py; rebuild it")
-        return 1
-    README.write_text(stamp_readme(readme), encoding="utf-8")
-    print("stamped README.md notebook table")
-    return 0
+def stamp_or_check_docs(check: bool) -> int:
+    """Stamp README.md and INSTRUCTORS.md (:func:`stamp_readme`, :func:`stamp_guide`), or (``check``) return 1
+    when either drifted from course_utils/about.py, notebooks/cell_times.json or the notebooks."""
+    status = 0
+    for path, stamp in ((README, stamp_readme), (GUIDE, stamp_guide)):
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        stamped = stamp(text)
+        if stamped == text:
+            continue
+        if check:
+            print(f"DRIFT: {path.name}'s stamped parts differ from course_utils/about.py, notebooks/cell_times.json "
+                  f"or the notebooks; run scripts/build_notebooks.py --restamp")
+            status = 1
+        else:
+            path.write_text(stamped, encoding="utf-8")
+            print(f"stamped {path.name}")
+    return status
 
 
 def check_or_restamp(stem: str, restamp: bool) -> int:
@@ -633,7 +730,7 @@ def write_unexecuted(stem: str, no_outputs: bool) -> int:
 
 
 def execute_one(stem: str, timeout: int) -> int:
-    """Build, execute top to bottom, record the cell times, write; stamp the instructor guide's table."""
+    """Build, execute top to bottom, record the cell times, write; stamp the README and the instructor guide."""
     target = OUT / f"{stem}.ipynb"
     fresh = build(stem)
     start = time.perf_counter()
@@ -643,12 +740,7 @@ def execute_one(stem: str, timeout: int) -> int:
     record_times(stem, seconds)
     nbformat.write(fresh, target)
     print(f"wrote {target.relative_to(ROOT)}")
-    if GUIDE.exists():
-        guide = GUIDE.read_text(encoding="utf-8")
-        if stamp_between(guide, TIMES_START, TIMES_END, times_table()) != guide:
-            GUIDE.write_text(stamp_between(guide, TIMES_START, TIMES_END, times_table()), encoding="utf-8")
-            print(f"stamped {GUIDE.name}'s cell-time table")
-    return 0
+    return stamp_or_check_docs(check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -659,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.slides:
         export_slides(stems, args.slides, args.reveal_prefix)
         return 0
-    status = stamp_or_check_readme(args.check)
+    status = 0
     for stem in stems:
         if args.check or args.restamp:
             status = max(status, check_or_restamp(stem, args.restamp))
@@ -672,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
             status = max(status, done.returncode)
         else:
             status = max(status, execute_one(stem, args.timeout))
-    return status
+    return max(status, stamp_or_check_docs(args.check))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ GiB = 1024**3
 
 #: Real devices the course meets. "CPU" and "MPS" have no CUDA device.
 PROFILES: dict[str, Profile] = {
-    # Colab's free GPU: 15,095 MiB usable of 16 GB; bf16 only by emulation.
+    # Colab's free GPU: 15,095 MiB exposed of 16 GB (usable: that less the 0.5 GB CUDA context); bf16 only by emulation.
     "T4": Profile("T4", "Tesla T4", (7, 5), 15_828_320_256, 40),
     "L4": Profile("L4", "NVIDIA L4", (8, 9), 23_580_639_232, 58),
     "A100": Profile("A100", "NVIDIA A100-SXM4-40GB", (8, 0), 42_505_273_344, 108),

@@ -1,6 +1,7 @@
 """scripts/build_notebooks.py: how it reads the percent sources; it never drops executed outputs unless asked."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -67,11 +68,14 @@ def test_every_source_builds_and_matches_its_committed_notebook(source: Path, ca
 
 @pytest.fixture()
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The build script pointed at a copy of one executed notebook and of the README."""
+    """The build script pointed at a copy of one executed notebook, the README, the guide and the cell times."""
     shutil.copy(ROOT / "notebooks" / f"{STEM}.ipynb", tmp_path / f"{STEM}.ipynb")
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    for name in ("README.md", "INSTRUCTORS.md", "notebooks/cell_times.json"):
+        shutil.copy(ROOT / name, tmp_path / Path(name).name)
     monkeypatch.setattr(build_notebooks, "OUT", tmp_path)
     monkeypatch.setattr(build_notebooks, "README", tmp_path / "README.md")
+    monkeypatch.setattr(build_notebooks, "GUIDE", tmp_path / "INSTRUCTORS.md")
+    monkeypatch.setattr(build_notebooks, "TIMES", tmp_path / "cell_times.json")
     monkeypatch.setattr(build_notebooks, "ROOT", tmp_path)
     return tmp_path
 
@@ -162,13 +166,16 @@ def test_restamp_keeps_outputs_and_refuses_changed_code(sandbox: Path, monkeypat
     assert build_notebooks.main(["--check", STEM]) == 1
 
 
-def test_cell_times_go_into_the_guide_table(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build_notebooks, "TIMES", sandbox / "cell_times.json")
+def test_cell_times_go_into_the_guide_table(sandbox: Path) -> None:
     nb = nbformat.read(ROOT / "notebooks" / f"{STEM}.ipynb", as_version=4)
     slow = next(c for c in nb.cells if c.cell_type == "code" and "import" in c.source)
     build_notebooks.record_times(STEM, {slow["id"]: 12.34, "01-999": 0.5})
+    entry = json.loads((sandbox / "cell_times.json").read_text(encoding="utf-8"))[STEM]
+    assert set(entry["machine"]) == {"cpu", "cores", "avx512_bf16", "amx_bf16", "os", "torch"}
+    assert entry["total_s"] == 12.8 and len(entry["date"]) == 10
     table = build_notebooks.times_table()
     assert f"| {slow['id']} |" in table and "12.3" in table and "01-999" not in table
+    assert build_notebooks.describe_machine(entry["machine"]) in table
     text = "guide\n" + build_notebooks.TIMES_START + "\nold\n" + build_notebooks.TIMES_END + "\nend"
     stamped = build_notebooks.stamp_between(text, build_notebooks.TIMES_START, build_notebooks.TIMES_END, table)
     assert "old" not in stamped and stamped.endswith("end") and "12.3" in stamped
@@ -189,3 +196,81 @@ def test_a_markdown_cell_splits_before_each_heading_but_not_in_code_or_answers()
         "## Section\n\nText.\n\n```python\n# a comment, not a heading\n```\n\n"
         "<details><summary>Answer</summary>\n\n# not a heading either\n\n</details>",
         "### Sub\nMore."]
+
+
+# ------------------------------------------------------------------------------ the machine, README and guide
+def test_cpu_info_reads_the_model_and_the_bfloat16_flags(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Test Xeon\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n", encoding="utf-8")
+    assert build_notebooks.cpu_info(cpuinfo) == ("Test Xeon", {"fpu", "avx2", "avx512_bf16", "amx_bf16"})
+    model, flags = build_notebooks.cpu_info(tmp_path / "missing")
+    assert flags is None and model
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    ((True, True), "(AVX-512-bf16, AMX)"),
+    ((True, False), "(AVX-512-bf16, no AMX)"),
+    ((False, False), "(no AVX-512-bf16, no AMX)"),
+    ((None, None), "(bfloat16 flags unknown)"),
+])
+def test_describe_machine_names_cpu_cores_flags_os_and_torch(flags: tuple, words: str) -> None:
+    machine = {"cpu": "Test CPU", "cores": 4, "avx512_bf16": flags[0], "amx_bf16": flags[1], "os": "Linux 6.1",
+               "torch": "2.13.0"}
+    assert build_notebooks.describe_machine(machine) == f"4-core Test CPU {words}, Linux 6.1, torch 2.13.0, CPU only"
+    assert build_notebooks.describe_machine("an older record") == "an older record"
+
+
+def _write_times(sandbox: Path, total_s: float, cpu: str = "Test CPU") -> None:
+    machine = {"cpu": cpu, "cores": 4, "avx512_bf16": True, "amx_bf16": False, "os": "Linux 6.1", "torch": "2.13.0"}
+    times = {STEM: {"machine": machine, "date": "2026-01-02", "total_s": total_s, "cells": {"01-024": total_s}}}
+    (sandbox / "cell_times.json").write_text(json.dumps(times), encoding="utf-8")
+
+
+def test_readme_and_guide_are_stamped_from_the_cell_times(sandbox: Path) -> None:
+    _write_times(sandbox, 12.3)
+    assert build_notebooks.main(["--restamp", STEM]) == 0
+    readme = (sandbox / "README.md").read_text(encoding="utf-8")
+    block = readme.split(build_notebooks.RUN_TIMES_START)[1].split(build_notebooks.RUN_TIMES_END)[0]
+    machine = "4-core Test CPU (AVX-512-bf16, no AMX), Linux 6.1, torch 2.13.0, CPU only"
+    assert f"01 12 s on a {machine} (2026-01-02)" in block
+    assert "Study time of each core path" in block and "minutes" in block
+    guide = (sandbox / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    assert f"**{STEM}** — 12 s of cells in all ({machine}, 2026-01-02)." in guide
+    assert "| 01-024 |" in guide and "| 12.3 |" in guide
+    assert build_notebooks.main(["--check", STEM]) == 0
+
+
+@pytest.mark.parametrize(("stale", "old", "typed"), [("README.md", "01 12 s", "01 27 s"),
+                                                     ("INSTRUCTORS.md", "| 12.3 |", "| 27.0 |")])
+def test_a_stamp_that_disagrees_with_the_cell_times_fails_the_check(sandbox: Path, stale: str, old: str, typed: str,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    _write_times(sandbox, 12.3)
+    assert build_notebooks.main(["--restamp", STEM]) == 0
+    path = sandbox / stale
+    assert old in path.read_text(encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8").replace(old, typed), encoding="utf-8")
+    capsys.readouterr()
+    assert build_notebooks.main(["--check", STEM]) == 1
+    assert f"DRIFT: {stale}" in capsys.readouterr().out
+    assert build_notebooks.main(["--restamp", STEM]) == 0
+    assert build_notebooks.main(["--check", STEM]) == 0
+
+
+def test_new_cell_times_make_the_stamps_stale(sandbox: Path, capsys: pytest.CaptureFixture) -> None:
+    _write_times(sandbox, 12.3)
+    assert build_notebooks.main(["--restamp", STEM]) == 0
+    _write_times(sandbox, 12.3, cpu="Another CPU")  # a re-run on another machine, not restamped
+    assert build_notebooks.main(["--check", STEM]) == 1
+    out = capsys.readouterr().out
+    assert "DRIFT: README.md" in out and "DRIFT: INSTRUCTORS.md" in out
+
+
+def test_notebooks_timed_on_two_machines_are_named_apart(sandbox: Path) -> None:
+    _write_times(sandbox, 12.3)
+    times = json.loads((sandbox / "cell_times.json").read_text(encoding="utf-8"))
+    shutil.copy(sandbox / f"{STEM}.ipynb", sandbox / "02_mixed_precision.ipynb")
+    times["02_mixed_precision"] = {**times[STEM], "machine": "2-core Old CPU", "date": "2025-12-31", "total_s": 9.1}
+    (sandbox / "cell_times.json").write_text(json.dumps(times), encoding="utf-8")
+    sentence = build_notebooks.run_time_sentence()
+    assert "01 12 s on a 4-core Test CPU" in sentence and "; 02 9 s on a 2-core Old CPU (2025-12-31)" in sentence

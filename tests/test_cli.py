@@ -179,7 +179,42 @@ def test_step_mode_prints_the_step_estimate_and_each_budget(capsys) -> None:
     assert status == 0 and err == ""
     est = estimate_step("smollm2-135m", method="lora", batch=4, seq=256, checkpointing=True, optimizer="adamw8bit")
     assert out.startswith(est.format() + "\n")
-    assert f"2 GB budget: {'fits' if est.peak_gb <= 2 else 'does not fit'}" in out and "8 GB budget: fits" in out
+    assert f"2 GB budget: {mem.step_verdict(est.peak_gb, 2)} (" in out and "8 GB budget: fits" in out
+    assert "at most 90 % of the memory" in out and "budget, usable" not in out  # a CPU estimate: no CUDA context
+
+
+def _step_lines(out: str, label: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith(f"  {label} ")]
+
+
+@pytest.mark.parametrize("share,verdict", [(0.5, "fits"), (0.89, "fits"), (0.95, "tight"), (1.01, "does not fit"),
+                                           (2.0, "does not fit")])
+def test_a_gpu_step_fits_up_to_90_percent_of_usable_and_is_tight_up_to_100(capsys, monkeypatch, share: float,
+                                                                            verdict: str) -> None:
+    from course_utils import datasheets
+    from course_utils.step_memory import estimate_step
+
+    peak = estimate_step("smollm2-135m", method="full", batch=4, seq=256, device="cuda").peak_gb
+    card = peak / share + 0.5  # a card whose usable memory (less the 0.5 GB context) puts the peak at `share`
+    monkeypatch.setitem(datasheets.DATASHEETS, "X1", datasheets.Datasheet("Test X1", 1.0, 1.0, card))
+    status, out, err = run(capsys, "memory", "--config", "smollm2-135m", "--method", "full", "--batch", "4",
+                           "--seq", "256", "--gpu", "X1")
+    assert status == 0 and err == ""
+    assert _step_lines(out, "X1") == [f"  X1 {card:.4g} GB budget, usable {card - 0.5:.4g} GB: {verdict} "
+                                      f"(the predicted peak is {100 * share:.0f} % of usable)"]
+    assert "at most 90 % of usable (the card's memory less the 0.5 GB CUDA context)" in out
+
+
+@pytest.mark.parametrize("share,verdict", [(0.89, "fits"), (0.95, "tight"), (1.01, "does not fit")])
+def test_a_cpu_step_against_typed_budgets_uses_the_same_90_percent_rule(capsys, share: float, verdict: str) -> None:
+    from course_utils.step_memory import estimate_step
+
+    peak = estimate_step("smollm2-135m", method="lora", batch=2, seq=128).peak_gb  # the CLI's CPU estimate
+    memory = f"{peak / share:.6f}"
+    status, out, _ = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "2", "--budgets", memory)
+    label = f"{float(memory):g} GB"
+    assert status == 0 and _step_lines(out, label) == [
+        f"  {label} budget: {verdict} (the predicted peak is {100 * share:.0f} % of it)"]
 
 
 def test_gpu_budgets_use_the_datasheet_and_the_allocator_counter(capsys) -> None:
@@ -187,20 +222,21 @@ def test_gpu_budgets_use_the_datasheet_and_the_allocator_counter(capsys) -> None
                          "--seq", "512", "--gpu", "T4,L4,A100-40GB,H100")
     assert status == 0
     assert "(cuda)" in out.splitlines()[0] and "framework baseline (allocator counter" in out
-    labels = [ln.split(" budget:")[0].strip() for ln in out.splitlines() if " budget:" in ln]
-    assert labels == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]  # a T4: what a process can use
+    labels = [ln.split(": ")[0].strip() for ln in out.splitlines() if " budget, usable " in ln]
+    assert labels == ["T4 15.83 GB budget, usable 15.33 GB", "L4 24 GB budget, usable 23.5 GB",  # every card alike
+                      "A100-40GB 40 GB budget, usable 39.5 GB", "H100 80 GB budget, usable 79.5 GB"]
     status, out, _ = run(capsys, "memory", "--gpu", "t4,h100")  # the table, budgeted by GPU
     header = out.splitlines()[1]
-    assert status == 0 and header.endswith("t4 15.33 GB    h100 80 GB")
+    assert status == 0 and header.endswith("t4 15.83 GB    h100 80 GB") and "usable" not in out
     smol_full = next(ln for ln in out.splitlines() if ln.startswith("SmolLM2-135M   full"))
-    assert smol_full.split()[-2:] == ["fits", "fits"]  # 2.15 GB <= 70 % of 15.33 GB
+    assert smol_full.split()[-2:] == ["fits", "fits"]  # 2.15 GB <= the 70 % line of 15.83 GB
 
 
-def test_a_t4_budget_is_15_33_gb_with_the_70_percent_rule_on_top_for_the_table(capsys) -> None:
-    status, out, _ = run(capsys, "memory", "--params", "1e9", "--method", "full", "--gpu", "T4")
-    assert status == 0 and "16.00" in out and out.splitlines()[2].endswith("no")  # 16 GB > 10.73 GB usable
-    status, out, _ = run(capsys, "memory", "--params", "0.67B", "--method", "full", "--gpu", "T4")
-    assert out.splitlines()[2].endswith("fits")  # 10.72 GB <= 0.7 x 15.33 GB
+def test_a_t4_in_the_table_has_its_70_percent_line_at_11_08_gb(capsys) -> None:
+    status, out, _ = run(capsys, "memory", "--params", "0.7B", "--method", "full", "--gpu", "T4")
+    assert status == 0 and "11.20" in out and out.splitlines()[2].endswith("no")  # 11.2 GB > 0.7 x 15.83 GB
+    status, out, _ = run(capsys, "memory", "--params", "0.69B", "--method", "full", "--gpu", "T4")
+    assert out.splitlines()[2].endswith("fits")  # 11.04 GB <= 11.08 GB
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,7 +278,8 @@ def test_model_reads_only_the_config_from_the_hub(capsys, fake_hub) -> None:
     assert status == 0 and err == ""
     assert out.startswith("HuggingFaceTB/SmolLM2-135M: 134,515,008 parameters") and "460,800 numbers" in out
     status, out, _ = run(capsys, "memory", "--model", "HuggingFaceTB/SmolLM2-135M", "--batch", "2", "--gpu", "T4")
-    assert status == 0 and "HuggingFaceTB/SmolLM2-135M, LoRA" in out and "T4 15.33 GB budget: fits" in out
+    assert status == 0 and "HuggingFaceTB/SmolLM2-135M, LoRA" in out
+    assert "T4 15.83 GB budget, usable 15.33 GB: fits" in out
 
 
 @pytest.mark.parametrize("model,why", [("meta-llama/Llama-3.1-8B", "gated or private"),
@@ -283,3 +320,20 @@ def test_param_count(text: str, value: int) -> None:
 def test_param_count_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         cli.param_count(text)
+
+
+def test_qlora_step_without_kbit_preparation_is_an_explicit_option(capsys) -> None:
+    from course_utils import step_memory
+
+    argv = ("memory", "--config", "smollm2-135m", "--method", "qlora", "--batch", "8", "--seq", "512", "--gpu", "T4")
+    status, prepared, _ = run(capsys, *argv)
+    assert status == 0 and "k-bit preparation (float32 embedding and norms)" in prepared
+    status, skipped, _ = run(capsys, *argv, "--no-kbit-preparation")
+    assert status == 0 and "no k-bit preparation" in skipped
+    for out, flag in ((prepared, True), (skipped, False)):  # each printout is the estimate of its own recipe
+        est = step_memory.estimate_step("smollm2-135m", method="qlora", batch=8, seq=512, device="cuda",
+                                        kbit_preparation=flag)
+        assert f"total (predicted peak) {est.peak_gb:.2f} GB".split() == next(
+            line.split() for line in out.splitlines() if "total (predicted peak)" in line)
+    status, _, err = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "2", "--no-kbit-preparation")
+    assert status == 2 and "--no-kbit-preparation: only for --method qlora" in err

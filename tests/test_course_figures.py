@@ -79,7 +79,7 @@ FIGURES = [
     # 002, the estimator's table (one row per printed line) and the budgets
     *[("002", line, BUDGET, "^" + re.escape(line) + "$") for line in MEMORY_TABLE.splitlines()],
     ("002", "70% of a 16 GB laptop is 11.2 GB; of a 24 GB GPU, 16.8 GB; of an 80 GB GPU, 56 GB", BUDGET,
-     r"laptop 16 GB \(usable 11\.2 GB\)[\s\S]*GPU 24 GB \(usable 16\.8 GB\)[\s\S]*GPU 80 GB \(usable 56 GB\)"),
+     r"laptop 16 GB \(70 % line 11\.2 GB\)[\s\S]*GPU 24 GB \(70 % line 16\.8 GB\)[\s\S]*GPU 80 GB \(70 % line 56 GB\)"),
     # 004
     ("004", "batch_size=4 and gradient_accumulation_steps=16: a 64-example gradient", ACCUM, r"^\s+4\s+16\s+1\s+64$"),
     ("004", "gradient_accumulation_steps=8,   # effective batch = 16 (single GPU)", TRICKS, r"effective batch:? 16\b"),

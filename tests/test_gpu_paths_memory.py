@@ -135,9 +135,9 @@ def test_t4_budget_is_what_the_simulated_t4_exposes_minus_the_cuda_context(monke
     total = hardware.gpu_memory_gb()
     assert round(total, 2) == 15.83
     sheet = hardware.current_datasheet()
-    assert sheet is not None and sheet.budget_gb == pytest.approx(datasheets.budget_from_total_gb(total), abs=1e-3)
-    assert memory.gpu_budget("T4").gb == sheet.budget_gb and round(sheet.budget_gb, 2) == 15.33
-    assert hardware.datasheet_for("Tesla T4").budget_gb == sheet.budget_gb  # the A10G rename keeps the field too
+    assert sheet is not None and sheet.usable_gb == pytest.approx(datasheets.usable_gb(total), abs=1e-3)
+    assert memory.gpu_budget("T4").gb == sheet.total_gb and round(sheet.usable_gb, 2) == 15.33
+    assert hardware.datasheet_for("Tesla T4").usable_gb == sheet.usable_gb  # the A10G rename keeps the field too
 
 
 def test_measure_training_step_resolves_auto_autocast(any_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,16 +254,20 @@ def test_sweep_estimates_for_the_measured_device(any_device: Profile, monkeypatc
     import importlib.util
     from pathlib import Path
 
+    from course_utils import sweeps
+
     path = Path(__file__).resolve().parents[1] / "scripts" / "memory_sweep.py"  # the maintainers' sweep
     spec = importlib.util.spec_from_file_location("memory_sweep", path)
     memory_sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(memory_sweep)
     monkeypatch.setattr(memory_sweep, "measure_training_steps", fake)
-    case = {"method": "lora", "batch": 1, "seq": 8, "checkpointing": False}
-    (row,) = memory_sweep.run_cases(TINY, [case], memory_sweep.as_device(None), 60)
+    case = {"method": "lora", "batch": 1, "seq": 8, "checkpointing": False, **memory_sweep.FIXED}
+    device = memory_sweep.as_device(None)
+    (row,) = memory_sweep.run_cases(TINY, [case], device, 60)
+    (compared,) = sweeps.Sweep(TINY, memory_sweep.machine(device), [row]).compare()
     expected = "cuda" if any_device.is_cuda else "cpu"
     est = step_memory.estimate_step(TINY, method="lora", batch=1, seq=8, device=expected)
-    assert torch.device(seen[0]).type == expected and row["estimate_gb"] == est.peak_gb
+    assert torch.device(seen[0]).type == expected and compared.estimate_gb == est.peak_gb
 
 
 def test_cli_measure_compares_like_with_like(any_device: Profile, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

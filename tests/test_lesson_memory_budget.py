@@ -90,16 +90,17 @@ def test_check_best_methods_right_and_placeholder() -> None:
 
 
 @pytest.mark.parametrize("answers,hint", [
-    (("lora", "none"), "over the usable 70 % (5.6 GB)"),           # 6.87 GB fits 8 GB, not its 70 %
+    (("lora", "none"), "over its 70 % line (5.6 GB)"),              # 6.87 GB fits 8 GB, not its 70 % line
     (("full", "none"), "more than the whole 8 GB"),
     (("qlora", "none"), "fits too (3.47 GB)"),                      # fits, but not the first that does
-    (("none", "none"), "within the usable 70 % of 8 GB"),
-    (("lora-bf16", "qlora"), "over the usable 70 % (33.6 GB)"),     # 37.88 GB under 48 GB, over 33.6 GB
+    (("none", "none"), "within the 70 % line of 8 GB (5.6 GB)"),
+    (("lora-bf16", "qlora"), "over its 70 % line (33.6 GB)"),       # 37.88 GB under 48 GB, over 33.6 GB
     (("lora-bf16", "lora-bf16"), "more than the whole 48 GB"),
 ])
 def test_check_best_methods_hints(answers: tuple, hint: str) -> None:
     fb = ex.check_best_methods(*answers)
     assert not fb and fb.answered and hint in fb.hint, fb
+    assert "usable" not in fb.hint  # the table's 70 % is a line, never "usable"
 
 
 def test_check_best_methods_unknown_option() -> None:
@@ -158,24 +159,30 @@ def test_planner_answers_and_draws() -> None:
     import matplotlib.pyplot as plt
 
     p = ex.plan("a 7B model", 1.0, "lora-bf16", 8, 16)
-    assert not p.estimate.fits(16) and "14.29 GB" in p.text and "does NOT fit" in p.text and "11.2 GB" in p.text
-    assert [b.gb for b in p.budgets] == [16.0] and "FITS" in ex.plan("a 7B model", 1.0, "lora-bf16", 8, 24).text
+    assert not p.estimate.fits(16) and "14.29 GB" in p.text and "usable" not in p.text
+    last = "Memory 16 GB, 70 % line 11.2 GB: does not fit (the estimate is 128 % of the line)."
+    assert p.text.splitlines()[-1] == last
+    assert [b.gb for b in p.budgets] == [16.0]
+    assert "70 % line 16.8 GB: fits (" in ex.plan("a 7B model", 1.0, "lora-bf16", 8, 24).text
     smol = ex.plan("SmolLM2-135M (config)", 1.0, "lora", 8, 16)
-    assert "FITS" in smol.text and "460,800 numbers (counted from the config)" in smol.text and "0.54 GB" in smol.text
+    assert ": fits (" in smol.text and "0.54 GB" in smol.text
+    assert "460,800 numbers (counted from the config)" in smol.text
     bf16 = ex.plan("a 7B model", 1.0, "full-bf16", 8, 80)
     assert bf16.estimate.gb == pytest.approx(56.0) and "trains all 7,000,000,000 parameters" in bf16.text
-    assert "FITS" in bf16.text and "NOT" in ex.plan("a 7B model", 1.0, "full-bf16", 8, 64).text  # 56 GB: 70 % of 80
+    assert ": fits (" in bf16.text  # 56 GB: exactly the 70 % line of 80 GB
+    assert ": does not fit (" in ex.plan("a 7B model", 1.0, "full-bf16", 8, 64).text
     assert ("full fine-tuning (bfloat16)", "full-bf16") in ex.method_options()
     assert [k for _, k in ex.method_options()][:4] == list(mem.METHODS)
     custom = ex.plan(ex.CUSTOM, 3.2, "full", 8, 80)
-    assert custom.estimate.gb == pytest.approx(51.2) and "FITS" in custom.text and "a 3.2B model" in custom.text
+    assert custom.estimate.gb == pytest.approx(51.2) and ": fits (" in custom.text and "a 3.2B model" in custom.text
     assert ex.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
         2 * mem.assumed_adapter_params(7e9))
     text, fig = ex.planner_view("a 70B model", 1.0, "qlora", 8, 80)
     assert text == ex.plan("a 70B model", 1.0, "qlora", 8, 80).text
     ax = fig.axes[0]
     assert sum(round(p.get_height(), 2) for p in ax.patches) == pytest.approx(37.88, abs=0.02)
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == [56.0, 80.0]  # the usable 70 % and the budget
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == [56.0, 80.0]  # the 70 % line and the memory
+    assert {"memory: 80 GB", "70 % line: 56 GB"} <= {t.get_text() for t in ax.get_legend().get_texts()}
     plt.close(fig)
 
 
@@ -201,11 +208,11 @@ def test_planner_widget_builds_and_redraws_when_a_control_moves(capsys) -> None:
 
     box = ex.budget_planner()
     assert len(box.children) == 3
-    assert "Budget 16 GB" in capsys.readouterr().out  # outside a notebook the Output widget passes text through
+    assert "Memory 16 GB" in capsys.readouterr().out  # outside a notebook the Output widget passes text through
     budget = box.children[1].children[2]
     assert budget.description == "memory (GB)"
     budget.value = 24.0
-    assert "Budget 24 GB, usable 70% = 16.8 GB: FITS" in capsys.readouterr().out
+    assert "Memory 24 GB, 70 % line 16.8 GB: fits" in capsys.readouterr().out
     plt.close("all")
 
 
@@ -220,8 +227,9 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
     import matplotlib.pyplot as plt
 
     p = ex.step_plan("qwen2.5-1.5b-instruct", "lora", 8, 1024)
-    assert [b.label for b in p.budgets] == ["T4 15.33 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
-    assert "T4 15.33 GB: does NOT fit" in p.text and "H100 80 GB: fits" in p.text
+    assert [b.label for b in p.budgets] == ["T4 15.83 GB", "L4 24 GB", "A100-40GB 40 GB", "H100 80 GB"]
+    assert "  T4 15.83 GB, usable 15.33 GB: does not fit (" in p.text  # usable: the card's memory less 0.5 GB
+    assert "  L4 24 GB, usable 23.5 GB: does not fit (" in p.text and "  H100 80 GB, usable 79.5 GB: fits (" in p.text
     assert p.estimate.device == "cuda" and sum(p.estimate.categories().values()) == p.estimate.peak_bytes
     _, fig = ex.step_planner_view("smollm2-135m", "full", 4, 512, True, "adamw8bit")
     ax = fig.axes[0]
@@ -229,12 +237,31 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
     assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == categories
     assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
         ex.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 24.0, 40.0, 80.0],
-                                                                                   abs=1e-3)
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 23.5, 39.5, 79.5],
+                                                                                   abs=1e-3)  # usable memory
     plt.close(fig)
     bf16 = ex.step_plan("smollm2-135m", "full-bf16", 8, 128)
     assert bf16.text.startswith("smollm2-135m, full fine-tuning (bfloat16), batch 8 x 128 tokens, AdamW: predicted")
     assert bf16.estimate.optimizer_bytes < ex.step_plan("smollm2-135m", "full", 8, 128).estimate.optimizer_bytes / 1.9
+
+
+@pytest.mark.parametrize("share,verdict", [(0.89, "fits"), (0.95, "tight"), (1.01, "does not fit")])
+def test_step_planner_says_fits_up_to_90_percent_of_usable_then_tight(monkeypatch, share: float, verdict: str) -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils import datasheets
+
+    peak = ex.step_plan("smollm2-135m", "full", 4, 512).estimate.peak_gb
+    card = peak / share + 0.5  # a card whose usable memory puts the peak at `share` of it
+    monkeypatch.setitem(datasheets.DATASHEETS, "X1", datasheets.Datasheet("Test X1", 1.0, 1.0, card))
+    monkeypatch.setattr(ex, "_STEP_GPUS", ("X1",))
+    text, fig = ex.step_planner_view("smollm2-135m", "full", 4, 512, False, "adamw")
+    line = f"  X1 {card:.4g} GB, usable {card - 0.5:.4g} GB: {verdict} ({100 * share:.0f} % of usable)"
+    assert text.splitlines()[-1] == line
+    ax = fig.axes[0]
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == pytest.approx([card - 0.5])
+    assert ax.get_legend().get_texts()[0].get_text() == f"X1 {card:.4g} GB, usable {card - 0.5:.4g} GB: {verdict}"
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),

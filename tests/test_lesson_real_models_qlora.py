@@ -111,3 +111,54 @@ def test_lora_other_wrong_answer() -> None:
 def test_checkers_have_one_line_docstrings() -> None:
     for fn in (Q.check_four_bit_size, Q.check_lora_count):
         assert fn.__doc__ and "\n" not in fn.__doc__.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# The ticket report: counts with an interval, the verdict, right team against answered team
+# --------------------------------------------------------------------------------------------
+def test_embedding_text_reads_the_table_as_held() -> None:
+    import torch
+
+    model = torch.nn.Module()
+    table = torch.nn.Embedding(1000, 64, dtype=torch.bfloat16)
+    model.get_input_embeddings = lambda: table
+    assert Q.embedding_text(model) == "128.0 KB of torch.bfloat16"
+    table.float()
+    assert Q.embedding_text(model) == "256.0 KB of torch.float32"
+
+
+def test_count_line_shows_the_count_share_and_wilson_interval() -> None:
+    line = Q.count_line("trained", 5, 8)
+    assert line.startswith("trained ") and "right team  5/8 =  62 %" in line and "(95 % interval 31-86 %)" in line
+
+
+@pytest.mark.parametrize("right, said", [(20, "better than guessing"), (19, "a weak result"), (5, "a weak result")])
+def test_verdict_follows_the_check(right, said) -> None:
+    text = Q.verdict(right, 12, 8, 48)  # the check: right >= 12 + 8
+    assert said in text and f"{right - 12:+d} tickets" in text
+
+
+def test_verdict_gives_a_guesser_its_chance() -> None:
+    assert "a guesser gets 20 or more: 0.8 %" in Q.verdict(20, 12, 8, 48)
+    assert "under 0.1 %" in Q.verdict(40, 12, 8, 48)
+
+
+def test_confusion_table_puts_every_answer_in_one_cell() -> None:
+    from course_utils.tickets import TEAMS, Ticket, answer_text
+
+    tickets = [Ticket("t", team) for team in ("billing", "billing", "shipping", "account")]
+    answers = [answer_text("billing"), "the shipping team", answer_text("shipping"), "no idea"]
+    rows = Q.confusion_table(answers, tickets).splitlines()
+    assert rows[0].split()[-5:] == [*TEAMS, "none"]
+    cells = {row.split()[0]: [int(n) for n in row.split()[1:]] for row in rows[1:]}
+    assert cells == {"billing": [1, 0, 0, 1, 0], "technical": [0] * 5, "account": [0, 0, 0, 0, 1],
+                     "shipping": [0, 0, 0, 1, 0]}
+    with pytest.raises(ValueError, match="one answer per ticket"):
+        Q.confusion_table(answers[:2], tickets)
+
+
+def test_the_notebook_check_can_fail() -> None:
+    """01b's ticket check compares the trained count with both baselines plus a margin, not with a constant."""
+    text = SOURCE.read_text(encoding="utf-8")
+    assert "k = tickets.margin_over_chance(len(heldout))" in text
+    assert "after.right >= max(before.right, always.right) + k" in text

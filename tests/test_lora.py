@@ -157,3 +157,19 @@ def test_summary_says_which_percentage_is_which() -> None:
     assert count.all_params == 1000 and count.percent == 1.0 and round(count.percent_of_base, 3) == 1.01
     assert count.summary() == ("m: trainable params: 10 || all params: 1,000 || trainable%: 1.00  "
                                "(of the base alone, 990: 1.01 %)")
+
+
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
+@pytest.mark.parametrize("kwargs, rest, checkpointing", [
+    ({}, torch.float32, False),  # the lesson's call on a CPU: prepared, no checkpointing
+    ({"checkpointing": True}, torch.float32, True),
+    ({"kbit_preparation": False, "checkpointing": True}, torch.bfloat16, True),
+])
+def test_add_lora_prepares_a_4bit_model_unless_told_not_to(tiny_standin, kwargs, rest, checkpointing) -> None:
+    model = lora.add_lora(M.load_model(tiny_standin, 4, device="cpu"), r=4, alpha=8, **kwargs)
+    named = dict(model.named_parameters())
+    assert {p.dtype for n, p in named.items() if "norm" in n or "embed_tokens" in n} == {rest}
+    assert all(p.requires_grad == ("lora_" in n) for n, p in named.items())
+    assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules()) is checkpointing
+    assert model.config.use_cache is not checkpointing
+

@@ -9,7 +9,7 @@ import torch
 from course_utils import measure
 from course_utils.measure import StepMeasurement, measure_training_step
 from course_utils.peak import measure_peak, track_peak
-from course_utils.quiet import quiet_libraries
+from course_utils.quiet import import_bitsandbytes, quiet_libraries
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -74,6 +74,29 @@ def test_full_bf16_model_and_adamw_states_are_bfloat16() -> None:
     assert state_bytes == 4 * TINY_PARAMS + 4 * len(states)  # + the step counts
 
 
+@pytest.mark.skipif(import_bitsandbytes() is None, reason="QLoRA's 4-bit layers need bitsandbytes, not installed here")
+@pytest.mark.parametrize("kbit_preparation, checkpointing", [(True, True), (True, False), (False, True)])
+def test_qlora_model_is_notebook_01bs_recipe(kbit_preparation: bool, checkpointing: bool) -> None:
+    """4-bit NF4 load, peft's k-bit preparation (float32 embedding and norms) unless switched off, then LoRA."""
+    spec = measure.step_spec(TINY, method="qlora", lora_rank=4, checkpointing=checkpointing,
+                             kbit_preparation=kbit_preparation)
+    with quiet_libraries():
+        model = measure.build_model(spec, torch.device("cpu"))
+    rest = torch.float32 if kbit_preparation else torch.bfloat16
+    named = dict(model.named_parameters())
+    assert {p.dtype for n, p in named.items() if "norm" in n or "embed_tokens" in n} == {rest}
+    assert {p.dtype for n, p in named.items() if "lora_" in n} == {torch.float32}
+    assert all(p.requires_grad == ("lora_" in n) for n, p in named.items())
+    assert sum(isinstance(m, import_bitsandbytes().nn.Linear4bit) for m in model.modules()) == 2 * 7
+    assert any(measure._is_checkpointed_layer(m) for m in model.modules()) is checkpointing
+    # the hidden states and the logits take the embedding's dtype: 4-bit layers cast their output back to their input's
+    ids = torch.randint(0, 512, (2, 8))
+    out = model(input_ids=ids, labels=ids, output_hidden_states=True)
+    assert {h.dtype for h in out.hidden_states} == {out.logits.dtype} == {rest}
+    out.loss.backward()
+    assert all(p.grad is not None for n, p in named.items() if "lora_" in n)
+
+
 def test_measurement_round_trips_through_a_dict() -> None:
     m = StepMeasurement(1, 2, 3, 4, 5, 6, 0.5, "cpu", "a test", extra={"base_dtype": "float32"})
     again = StepMeasurement(**m.to_dict())
@@ -100,6 +123,8 @@ def test_bad_config() -> None:
         measure_training_step(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="batch"):
         measure_training_step(TINY, batch=2.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="kbit_preparation"):
+        measure_training_step(TINY, method="qlora", kbit_preparation="no")  # type: ignore[arg-type]
 
 
 def test_spec_reads_a_preset_without_notes_or_dtype() -> None:

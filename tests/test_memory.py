@@ -111,22 +111,56 @@ def test_smollm2_lora_and_the_7b_frozen_weights() -> None:
     assert round(mem.estimate(7e9, "qlora").gb, 2) == 3.79
 
 
-def test_usable_and_fits_at_70_percent() -> None:
-    assert [mem.usable_gb(b.gb) for b in mem.BUDGETS] == [11.2, 16.8, 56.0]
+def test_the_70_percent_line_and_fits_for_the_table() -> None:
+    assert [mem.line_gb(b.gb) for b in mem.BUDGETS] == [b.line_gb for b in mem.BUDGETS] == [11.2, 16.8, 56.0]
     assert mem.estimate(700_000_000, "full").gb == pytest.approx(11.2)  # 16 bytes per parameter
     assert mem.estimate(700_000_000, "full").fits(16) and not mem.estimate(700_625_000, "full").fits(16)
+    assert not hasattr(mem, "usable_gb") and not hasattr(mem.Budget, "usable_gb")  # the 70 % line is never "usable"
 
 
-def test_a_t4_is_budgeted_at_what_a_process_can_use_and_the_70_percent_rule_applies_on_top() -> None:
+def test_a_gpu_budget_is_the_cards_memory_and_the_table_draws_its_70_percent_line() -> None:
     """Colab's T4 exposes 15,095 MiB (15.83 GB); the CUDA context takes 0.5 GB outside the allocator counter."""
     from course_utils.datasheets import CUDA_CONTEXT_GB, T4_EXPOSED_GB, lookup
 
     t4 = mem.gpu_budget("T4")
     assert round(T4_EXPOSED_GB, 2) == 15.83 and CUDA_CONTEXT_GB == 0.5
-    assert t4.label == "T4 15.33 GB" and t4.gb == pytest.approx(15.83 - 0.5, abs=0.005)
-    assert t4.usable_gb == pytest.approx(0.7 * t4.gb) and round(t4.usable_gb, 2) == 10.73
+    assert t4.label == "T4 15.83 GB" and t4.gb == T4_EXPOSED_GB
+    assert t4.line_gb == pytest.approx(0.7 * T4_EXPOSED_GB) and round(t4.line_gb, 2) == 11.08
     assert lookup("T4").memory_gb == 16.0  # the datasheet's figure stays what the datasheet says
     assert mem.gpu_budget("L4").label == "L4 24 GB"  # no measured exposed memory: the datasheet's figure
+
+
+# --------------------------------------------------------------------------------------------
+# A whole step: fits up to 90 % of usable, tight up to 100 %, does not fit above
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("share,verdict", [
+    (0.0, "fits"), (0.5, "fits"), (0.89, "fits"), (0.90, "fits"), (0.9001, "tight"), (0.95, "tight"), (1.0, "tight"),
+    (1.0001, "does not fit"), (1.01, "does not fit"), (3.0, "does not fit")])
+def test_step_verdict_at_and_around_90_and_100_percent(share: float, verdict: str) -> None:
+    assert mem.TIGHT_SHARE == 0.90 and mem.STEP_VERDICTS == ("fits", "tight", "does not fit")
+    for usable in (7.5, 15.33, 23.5, 79.5):
+        assert mem.step_verdict(share * usable, usable) == verdict, (share, usable)
+
+
+@pytest.mark.parametrize("peak,usable,error,name", [
+    (-1.0, 10.0, ValueError, "peak_gb"), (float("nan"), 10.0, ValueError, "peak_gb"), ("9", 10.0, TypeError, "peak_gb"),
+    (5.0, 0.0, ValueError, "usable_gb"), (5.0, -2.0, ValueError, "usable_gb"),
+    (5.0, float("inf"), ValueError, "usable_gb"), (5.0, None, TypeError, "usable_gb")])
+def test_step_verdict_checks_its_input(peak, usable, error, name) -> None:
+    with pytest.raises(error, match=name):
+        mem.step_verdict(peak, usable)
+
+
+def test_step_limit_is_usable_on_a_gpu_and_the_memory_on_a_cpu() -> None:
+    assert mem.step_limit_gb(24, "cuda") == 23.5 and mem.step_limit_gb(16.0, "cpu") == 16.0
+    assert mem.step_limit_gb(mem.gpu_budget("T4").gb) == pytest.approx(15.83 - 0.5, abs=0.005)
+    with pytest.raises(ValueError, match=r"^budget_gb must be a finite number > 0.5"):
+        mem.step_limit_gb(0.5, "cuda")  # nothing left after the CUDA context
+    assert mem.step_limit_gb(0.5, "cpu") == 0.5
+    with pytest.raises(ValueError, match="budget_gb must be a finite number between 0.01 and 10000"):
+        mem.step_limit_gb(1e30, "cpu")
+    with pytest.raises(ValueError, match="device"):
+        mem.step_limit_gb(16, "mps")
 
 
 def test_what_fits() -> None:

@@ -141,3 +141,37 @@ def test_students_never_read_authoring_words() -> None:
     for source in sorted((ROOT / "notebooks" / "src").glob("*.py")):
         for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
             assert not AUTHORING_WORDS.search(line), f"{source.name}:{number}: {line.strip()}"
+
+
+# ------------------------------------------------------------------------------------------ stamped run times
+STAMPED = [("README.md", build_notebooks.RUN_TIMES_START, build_notebooks.RUN_TIMES_END, build_notebooks.stamp_readme),
+           ("INSTRUCTORS.md", build_notebooks.TIMES_START, build_notebooks.TIMES_END, build_notebooks.stamp_guide)]
+#: Figures in seconds that README.md and INSTRUCTORS.md may type outside their stamped parts: settings, not runs.
+TYPED_SECONDS_ALLOWED = ("300 s budget", "slower than 2 s")
+
+
+@pytest.mark.parametrize(("name", "start", "end", "stamp"), STAMPED, ids=[s[0] for s in STAMPED])
+def test_stamped_run_times_agree_with_cell_times(name: str, start: str, end: str, stamp) -> None:
+    """README's run-time sentence and the guide's table are what notebooks/cell_times.json says, machine named."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert start in text and end in text, f"{name}: the markers {start} ... {end} are missing"
+    assert stamp(text) == text, (f"{name}: its stamped run times disagree with notebooks/cell_times.json; run "
+                                 "scripts/build_notebooks.py --restamp")
+
+
+def test_every_notebook_has_cell_times() -> None:
+    timed = {stem for stem, _ in build_notebooks.timed_notebooks()}
+    missing = [nb.filename for nb in about.NOTEBOOKS if Path(nb.filename).stem not in timed]
+    assert not missing, f"no cell times for {missing}: run scripts/build_notebooks.py --execute on them"
+
+
+@pytest.mark.parametrize("name", [s[0] for s in STAMPED])
+def test_prose_types_no_run_time(name: str) -> None:
+    """A time in seconds outside the stamped parts would be another machine's, or an old run's."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    for _, start, end, _ in STAMPED:
+        text = re.sub(re.escape(start) + r".*?" + re.escape(end), "", text, flags=re.S)
+    for allowed in TYPED_SECONDS_ALLOWED:
+        text = text.replace(allowed, "")
+    typed = re.findall(r".{0,40}\b\d+(?:\.\d+)?\s?(?:s|sec|seconds)\b.{0,20}", text)
+    assert not typed, f"{name} types a run time outside its stamped parts: {typed}"

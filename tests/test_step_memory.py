@@ -9,6 +9,7 @@ import pytest
 from course_utils import measure, step_memory as sm
 from course_utils.architecture import Architecture
 from course_utils.configs import read_config
+from course_utils.quiet import import_bitsandbytes
 from course_utils.step_memory import estimate_step, saved_activations
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,25 +93,51 @@ CASES = [
     ("lora", "bfloat16", False, ("q_proj", "v_proj")),
     ("lora", None, True, ("q_proj", "v_proj")),
     ("lora-bf16", None, False, ("q_proj", "v_proj")),
+    # QLoRA as notebook 01b runs it (k-bit preparation: float32 embedding and norms), and without the preparation
     ("qlora", None, False, ("gate_proj", "up_proj")),
+    ("qlora", None, True, ("q_proj", "v_proj")),
+    ("qlora", "bfloat16", False, ("q_proj", "v_proj")),
+    ("qlora-unprepared", None, False, ("gate_proj", "up_proj")),
+    ("qlora-unprepared", None, True, ("q_proj", "v_proj")),
+    ("qlora-unprepared", "bfloat16", False, ("q_proj", "v_proj")),
 ]
+#: Qwen2's family, tiny: biases on q, k and v, and an untied output layer (QLoRA's preparation upcasts it too).
+TINY_QWEN2 = {**TINY, "model_type": "qwen2", "tie_word_embeddings": False}
 
 
 @pytest.mark.parametrize("method, autocast, checkpointing, targets", CASES)
 def test_saved_activations_and_state_bytes_are_exact(method, autocast, checkpointing, targets) -> None:
     """Counted by saved_tensors_hooks in a real step (in this process; memory peaks are not used here)."""
-    spec = {"config": read_config(TINY), "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
+    _assert_exact(TINY, method, autocast, checkpointing, targets)
+
+
+@pytest.mark.parametrize("method, checkpointing", [("qlora", False), ("qlora", True), ("qlora-unprepared", False)])
+def test_qlora_untied_head_and_biases_are_exact(method: str, checkpointing: bool) -> None:
+    _assert_exact(TINY_QWEN2, method, None, checkpointing, ("q_proj", "v_proj"))
+
+
+def _assert_exact(config: dict, method: str, autocast: str | None, checkpointing: bool, targets: tuple) -> None:
+    """The estimate's saved activations and state bytes equal a real step's (``qlora-unprepared``: QLoRA without
+    the k-bit preparation)."""
+    kbit = method != "qlora-unprepared"
+    method = method.removesuffix("-unprepared")
+    spec = {"config": read_config(config), "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
             "lora_rank": 4, "targets": list(targets), "checkpointing": checkpointing, "optimizer": "adamw",
-            "autocast": autocast, "compile": False, "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu"}
+            "autocast": autocast, "compile": False, "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu",
+            "kbit_preparation": kbit}
+    if method == "qlora" and import_bitsandbytes() is None:
+        pytest.skip("QLoRA needs bitsandbytes, which is not installed here")
     real = measure.run_step(spec)
-    est = estimate_step(TINY, method=method, batch=2, seq=16, lora_rank=4, targets=targets,
-                        checkpointing=checkpointing, autocast=bool(autocast))
+    est = estimate_step(config, method=method, batch=2, seq=16, lora_rank=4, targets=targets,
+                        checkpointing=checkpointing, autocast=bool(autocast), kbit_preparation=kbit)
     if TRANSFORMERS_MAJOR >= 5:  # the estimate models what transformers 5's layers save: exact there
         assert est.activations.total == real["saved_activations_bytes"]
         assert est.weights_bytes == real["weights_bytes"]
-    else:  # transformers 4 saves ~80 float32 numbers per token and layer more, and keeps one rotary buffer, not two
+    else:  # transformers 4 saves ~80 float32 numbers per token and layer more, and keeps one rotary buffer, not two;
+        # bitsandbytes before 0.50 (the floor stack) leaves a 4-bit layer's bias in float32 after the preparation
+        biases = sum(n for name, n, _ in Architecture.from_config(config).param_tensors() if name.endswith(".bias"))
         assert abs(est.activations.total - real["saved_activations_bytes"]) <= 0.08 * real["saved_activations_bytes"]
-        assert 0 <= est.weights_bytes - real["weights_bytes"] <= 64
+        assert -2 * biases <= est.weights_bytes - real["weights_bytes"] <= 64
     assert est.grads_bytes == real["grads_bytes"]
     assert est.optimizer_bytes == real["optimizer_bytes"]
 
@@ -147,6 +174,33 @@ def test_checkpointing_keeps_one_hidden_state_per_layer() -> None:
     ck = saved_activations(arch, 8, 128, method="full", checkpointing=True)
     assert ck.by_kind["checkpointed layer inputs"] == 30 * 8 * 128 * 576 * 4
     assert ck.total < plain.total / 4
+
+
+def test_kbit_preparation_doubles_the_16_bit_rest_and_the_residual_stream() -> None:
+    """QLoRA as notebook 01b runs it (float32 embedding and norms) against the same 4-bit load without the step."""
+    arch = Architecture.from_config("smollm2-135m")
+    prepared, plain = (estimate_step("smollm2-135m", method="qlora", batch=8, seq=512, checkpointing=True,
+                                     kbit_preparation=kbit) for kbit in (True, False))
+    rest = sum(n for _, n, is_linear in arch.param_tensors() if not is_linear)  # embedding (= tied head), norms
+    assert prepared.weights_bytes - plain.weights_bytes == 2 * rest
+    kept = "checkpointed layer inputs"
+    assert prepared.activations.by_kind[kept] == 2 * plain.activations.by_kind[kept] == 30 * 8 * 512 * 576 * 4
+    assert prepared.peak_bytes > plain.peak_bytes
+    assert "QLoRA, base in 4 bits (rank 8 on q_proj, v_proj), k-bit preparation (float32 embedding and norms)" \
+        in prepared.describe()
+    assert "no k-bit preparation (bfloat16 embedding and norms)" in plain.describe()
+    assert "weights (NF4 base, float32 embedding/norms + float32 adapters)" in prepared.format()
+    assert "weights (NF4 base, bfloat16 embedding/norms + float32 adapters)" in plain.format()
+
+
+def test_kbit_preparation_is_ignored_by_the_other_methods() -> None:
+    for method in ("full", "full-bf16", "lora", "lora-bf16"):
+        on, off = (estimate_step("smollm2-135m", method=method, checkpointing=True, kbit_preparation=kbit)
+                   for kbit in (True, False))
+        assert on.peak_bytes == off.peak_bytes and on.weights_bytes == off.weights_bytes
+        assert "k-bit" not in on.format() + off.format()
+    with pytest.raises(TypeError, match="kbit_preparation"):
+        estimate_step("smollm2-135m", method="qlora", kbit_preparation="no")
 
 
 def test_accumulation_keeps_gradients_but_shrinks_activations() -> None:

@@ -1,7 +1,10 @@
-"""course_utils.tickets: the shipped tickets, the strict JSON answer, answer-only labels, routing and scoring."""
+"""course_utils.tickets: the shipped tickets, the strict JSON answer, answer-only labels, routing, scoring,
+and what the counts are compared with (the baselines, chance, a 95 % interval)."""
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 import torch
@@ -15,13 +18,39 @@ from course_utils import tickets as T
 # --------------------------------------------------------------------------------------------
 def test_the_shipped_tickets() -> None:
     train, heldout = T.load_tickets("train"), T.load_tickets("heldout")
-    assert 18 <= len(train) <= 30 and 6 <= len(heldout) <= 10
+    assert len(heldout) >= 40 and len(train) >= 40  # enough to tell a trained model from a lucky guesser
     for split in (train, heldout):
-        assert {t.team for t in split} == set(T.TEAMS)  # every team in both splits
-    counts = {team: sum(t.team == team for t in train) for team in T.TEAMS}
-    assert len(set(counts.values())) == 1  # balanced: no team is the safe guess
-    assert not {t.text for t in train} & {t.text for t in heldout}  # held out means never trained on
+        counts = [sum(t.team == team for t in split) for team in T.TEAMS]
+        assert len(set(counts)) == 1, counts  # balanced: no team is the safe guess
+        assert len({t.text.lower() for t in split}) == len(split)  # no ticket twice
     assert len({t.team for t in train[:4]}) == 4  # interleaved: the loop's first steps see every team
+
+
+#: Word-set overlap (Jaccard: shared words / all words of the pair) from which two tickets count as near-copies.
+NEAR_COPY = 0.5
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def _overlap(a: str, b: str) -> float:
+    return len(_words(a) & _words(b)) / len(_words(a) | _words(b))
+
+
+def test_the_near_copy_measure_catches_a_reworded_ticket() -> None:
+    original = "The app crashes every time I open the settings page on my Android phone."
+    assert _overlap(original, "The app crashes each time I open the settings page on my Android tablet.") >= NEAR_COPY
+    assert _overlap(original, "Please delete my account and all the data you keep about me.") < NEAR_COPY
+
+
+def test_held_out_tickets_are_not_near_copies_of_training_tickets() -> None:
+    """Held out means never trained on, not even reworded: a near-copy would test memory, not routing."""
+    train, heldout = T.load_tickets("train"), T.load_tickets("heldout")
+    copies = [(h.text, t.text) for h in heldout for t in train if _overlap(h.text, t.text) >= NEAR_COPY]
+    assert not copies
+    pairs = [(a.text, b.text) for i, a in enumerate(heldout) for b in heldout[i + 1:]]
+    assert not [pair for pair in pairs if _overlap(*pair) >= NEAR_COPY]  # and varied among themselves
 
 
 def test_load_tickets_rejects_bad_files(monkeypatch, tmp_path) -> None:
@@ -65,14 +94,96 @@ def test_answer_text_round_trips() -> None:
     assert T.answer_text("billing") == '{"team": "billing"}'
 
 
+@pytest.mark.parametrize("text, team", [
+    ('{"team": "billing"}', "billing"),
+    ('{"team": "Technical"}', "technical"),                    # valid JSON, any case
+    ('{"team": "technical support"}', "technical"),            # the one team its value names
+    ('{"team": "<team>"}', None),                              # the instruction's placeholder names no team
+    ('{"team": "billing or account"}', None),                  # two teams: no answer
+    ("This one is for the Shipping team.", "shipping"),        # prose that names one team counts for the team
+    ("billing, technical, account or shipping", None),         # the instruction echoed: every team, so none
+    ('{"department": "account"}', "account"),                  # not the asked-for JSON, but one team named
+    ("Our accountant will call you.", None),                   # whole words only
+    ("", None),
+])
+def test_team_named_reads_json_and_prose_fairly(text, team) -> None:
+    assert T.team_named(text) == team
+
+
 def test_score_counts_valid_and_right() -> None:
-    heldout = T.load_tickets("heldout")[:4]
-    answers = [T.answer_text(heldout[0].team), T.answer_text("billing" if heldout[1].team != "billing" else "account"),
-               "I think billing", '{"team": "sales"}']
+    heldout = T.load_tickets("heldout")[:5]
+    wrong = next(team for team in T.TEAMS if team != heldout[1].team)
+    answers = [T.answer_text(heldout[0].team),        # valid, right
+               T.answer_text(wrong),                  # valid, wrong
+               f"Send it to {heldout[2].team}.",     # prose: not valid, but right
+               '{"team": "sales"}',                   # valid, a team that does not exist
+               "I am not sure."]                      # neither
     score = T.score(answers, heldout)
-    assert (score.valid, score.right, score.total) == (3, 1, 4)
+    assert (score.valid, score.right) == (3, 2)
     with pytest.raises(ValueError, match="one answer per ticket"):
         T.score(answers[:2], heldout)
+    with pytest.raises(TypeError, match="strings"):
+        T.score([None] * 5, heldout)  # type: ignore[list-item]
+
+
+def test_the_instruction_asks_for_the_json_answer() -> None:
+    """The untrained model gets a fair try: it is told the format the trained one learns."""
+    assert '{"team": "<team>"}' in T.INSTRUCTION and "JSON" in T.INSTRUCTION
+    assert all(team in T.INSTRUCTION for team in T.TEAMS)
+
+
+# --------------------------------------------------------------------------------------------
+# What the counts are compared with: the majority team, chance, a 95 % interval
+# --------------------------------------------------------------------------------------------
+def _ticket(team: str) -> T.Ticket:
+    return T.Ticket("a ticket", team)
+
+
+def test_majority_team() -> None:
+    assert T.majority_team([_ticket(t) for t in ("shipping", "account", "shipping")]) == "shipping"
+    assert T.majority_team([_ticket(t) for t in ("shipping", "account")]) == "account"  # a tie: first in TEAMS
+    assert T.majority_team(T.load_tickets("train")) == "billing"  # balanced: every team ties
+
+
+def test_chance_tail_is_the_binomial_upper_tail() -> None:
+    assert T.chance_tail(1, 1) == pytest.approx(0.25) and T.chance_tail(2, 2) == pytest.approx(1 / 16)
+    assert T.chance_tail(2, 1) == pytest.approx(1 - 0.75**2) and T.chance_tail(48, 0) == pytest.approx(1.0)
+    # against a simulation-free reference: the probability mass function summed the other way
+    below = sum(math.comb(48, k) * 0.25**k * 0.75 ** (48 - k) for k in range(20))
+    assert T.chance_tail(48, 20) == pytest.approx(1 - below)
+    with pytest.raises(ValueError, match="right"):
+        T.chance_tail(4, 5)
+
+
+def test_margin_over_chance_is_the_smallest_safe_margin() -> None:
+    """The figures its docstring gives, and the definition: k passes the level, k - 1 does not."""
+    assert T.chance_tail(48, 19) == pytest.approx(0.0184, abs=1e-4)
+    assert T.chance_tail(48, 20) == pytest.approx(0.0084, abs=1e-4)
+    assert T.chance_tail(48, 13) == pytest.approx(0.42, abs=0.005)
+    assert T.margin_over_chance(48) == 8
+    for total in (8, 40, 48, 100):
+        k, base = T.margin_over_chance(total), math.ceil(total / 4)
+        assert T.chance_tail(total, base + k) <= 0.01 < T.chance_tail(total, base + k - 1)
+    assert T.margin_over_chance(48, level=0.05) < T.margin_over_chance(48)
+    with pytest.raises(ValueError, match="level"):
+        T.margin_over_chance(48, level=0)
+
+
+def test_wilson_interval() -> None:
+    low, high = T.wilson_interval(5, 8)  # worked by hand: centre 0.5845, half-width 0.2787
+    assert (round(low, 3), round(high, 3)) == (0.306, 0.863)
+    low, high = T.wilson_interval(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(1.96**2 / (10 + 1.96**2))  # z² / (n + z²)
+    low, high = T.wilson_interval(10, 10)
+    assert high == pytest.approx(1.0) and low == pytest.approx(10 / (10 + 1.96**2))
+    a, b = T.wilson_interval(12, 48), T.wilson_interval(36, 48)
+    assert a[0] == pytest.approx(1 - b[1]) and a[1] == pytest.approx(1 - b[0])  # symmetric
+    widths = [high - low for low, high in (T.wilson_interval(7, 8), T.wilson_interval(42, 48))]
+    assert widths[1] < widths[0]  # the same share on more tickets: narrower
+    with pytest.raises(ValueError, match="successes"):
+        T.wilson_interval(9, 8)
+    with pytest.raises(ValueError, match="total"):
+        T.wilson_interval(0, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,7 +231,6 @@ def test_route_answers_every_ticket_and_keeps_the_tokenizer(tiny_standin) -> Non
     assert len(answers) == 3 and all(isinstance(a, str) for a in answers)
     assert tok.padding_side == "right" and model.training  # left as they were
     assert tok.pad_token == M.load_tokenizer(tiny_standin).pad_token  # pad token too
-    assert T.score(answers, heldout).total == 3
     with pytest.raises(ValueError, match="tickets"):
         T.route(model, tok, [])
     with pytest.raises(ValueError, match="max_new_tokens"):

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from course_utils import checks
+from course_utils import checks, datasheets
 from course_utils import memory as mem
 from course_utils.lessons.kit import (COLORS, Feedback, check_choice, check_number, finish, new_figure, right,
                                       unanswered, view_panel)
-from course_utils.memory import BUDGETS, Budget, MemoryEstimate, Method, usable_gb
+from course_utils.memory import BUDGETS, Budget, MemoryEstimate, Method, line_gb
 from course_utils.units import GB
 
 #: Colours of the parts of memory in the stacked bars: the estimate's, the step estimate's and a measured peak's.
@@ -31,8 +31,8 @@ TEAM_RUN = ("team's run", 0.54, 1.88)
 
 
 def plot_methods_vs_budgets(estimates: Sequence[MemoryEstimate], title: str | None = None) -> Any:
-    """One column per method for the same model, with a dashed line at 70 % of each of the lesson's budgets
-    (:data:`course_utils.memory.BUDGETS`). Returns the figure."""
+    """One column per method for the same model, with a dashed line at the 70 % line of each of the lesson's
+    budgets (:data:`course_utils.memory.BUDGETS`). Returns the figure."""
     if not estimates or not all(isinstance(e, MemoryEstimate) for e in estimates):
         raise TypeError("estimates must be a non-empty sequence of MemoryEstimate")
     fig, ax = new_figure(title or f"{estimates[0].model}: training memory by method (estimates, activations "
@@ -44,9 +44,9 @@ def plot_methods_vs_budgets(estimates: Sequence[MemoryEstimate], title: str | No
     ax.bar_label(bars, [f"{value:.1f} GB" for value in values], padding=2, zorder=4,
                  bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
     for budget, style in zip(BUDGETS, _BUDGET_STYLES):
-        ax.axhline(budget.usable_gb, color="#555555", linestyle=style, linewidth=1.2, zorder=3,
-                   label=f"70% of {budget.label}: {budget.usable_gb:g} GB")
-    ax.set_ylim(0, max(values + [b.usable_gb for b in BUDGETS]) * 1.12)
+        ax.axhline(budget.line_gb, color="#555555", linestyle=style, linewidth=1.2, zorder=3,
+                   label=f"70 % line of {budget.label}: {budget.line_gb:g} GB")
+    ax.set_ylim(0, max(values + [b.line_gb for b in BUDGETS]) * 1.12)
     return finish(fig, ax, loc="upper right")
 
 
@@ -68,11 +68,14 @@ def _bar_against(title: str, xlabel: str, name: str, parts_gb: dict[str, float],
 
 
 def plot_step_against_budgets(estimate: Any, budgets: Sequence[Budget]) -> Any:
-    """One stacked bar of a step's predicted peak (weights, gradients, optimizer, activations, overhead), with a
-    line at each budget's full size. ``estimate`` is a :class:`course_utils.step_memory.StepEstimate`. 04's step
-    planner and 05's bottleneck planner draw with it (with the budgets they were given, already checked)."""
-    lines = [(b.gb, style, f"{b.label}: {'fits' if estimate.peak_gb <= b.gb else 'too small'}")
-             for b, style in zip(budgets, _BUDGET_STYLES + ("-",) * len(budgets))]
+    """One stacked bar of a GPU step's predicted peak (weights, gradients, optimizer, activations, overhead), with a
+    line at each budget's usable memory (the card's memory ``gb`` less the CUDA context) and its verdict
+    (:func:`course_utils.memory.step_verdict`) in the legend. ``estimate`` is a
+    :class:`course_utils.step_memory.StepEstimate`. 04's step planner and 05's bottleneck planner draw with it
+    (with the GPU budgets they were given, already checked)."""
+    usable = [datasheets.usable_gb(b.gb) for b in budgets]
+    lines = [(u, style, f"{b.label}, usable {u:.4g} GB: {mem.step_verdict(estimate.peak_gb, u)}")
+             for b, u, style in zip(budgets, usable, _BUDGET_STYLES + ("-",) * len(budgets))]
     return _bar_against(f"Predicted peak of one training step: {estimate.arch.name}",
                         "the step estimate, split at its peak moment", "step",
                         {part: nbytes / GB for part, nbytes in estimate.categories().items()}, lines,
@@ -126,8 +129,8 @@ _PRESET_CONFIGS = {"SmolLM2-135M (config)": "smollm2-135m", "Qwen2.5-1.5B (confi
                    "Qwen3-4B (config)": "qwen3-4b-instruct-2507"}
 _ROUND_SIZES = {"a 1.7B model": 1.7, "a 7B model": 7.0, "a 70B model": 70.0}
 _MODEL_CHOICES: tuple[str, ...] = (*_PRESET_CONFIGS, *_ROUND_SIZES, CUSTOM)
-#: The GPUs the step planner budgets against by default (names from the datasheet table; each budgeted at what a
-#: process can use there, :func:`course_utils.memory.gpu_budget`: a T4 at 15.33 GB).
+#: The GPUs the step planner budgets against by default (names from the datasheet table; each by its card's memory,
+#: :func:`course_utils.memory.gpu_budget`, and judged against its usable memory: a T4 15.83 GB, usable 15.33 GB).
 _STEP_GPUS = ("T4", "L4", "A100-40GB", "H100")
 _STYLE = {"description_width": "initial"}
 
@@ -160,7 +163,7 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
         params = int(round(_ROUND_SIZES.get(model, billions) * GB))
         size = mem.ModelSize(model if model in _ROUND_SIZES else mem.size_name(params), params)
     est = mem.estimate(size.params, method, adapter=size.adapter, lora_rank=lora_rank, name=size.name)
-    usable, pg = mem.usable_gb(budget_gb), est.parts_gb()
+    line, pg = mem.line_gb(budget_gb), est.parts_gb()
     if mem.ALL_METHODS[method].trains_all:
         trained = f"trains all {est.params:,} parameters"
     else:
@@ -169,8 +172,8 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
     text = (f"{est.model}, {est.label}: {trained}.\n"
             f"Estimate: {est.gb:.2f} GB = weights {_gb(pg['weights'])} + gradients {_gb(pg['gradients'])} "
             f"+ AdamW states {_gb(pg['AdamW states'])} GB (activations not included).\n"
-            f"Budget {budget_gb:g} GB, usable 70% = {usable:g} GB: {'FITS' if est.fits(budget_gb) else 'does NOT fit'} "
-            f"(the estimate is {100 * est.gb / usable:.0f}% of the usable part).")
+            f"Memory {budget_gb:g} GB, 70 % line {line:g} GB: {'fits' if est.fits(budget_gb) else 'does not fit'} "
+            f"(the estimate is {100 * est.gb / line:.0f} % of the line).")
     return Plan(est, (Budget(f"{budget_gb:g} GB", float(budget_gb)),), text)
 
 
@@ -186,12 +189,12 @@ def _gb(value: float) -> str:
 
 def planner_view(model: str, billions: float, method: str, lora_rank: int, budget_gb: float) -> tuple[str, Any]:
     """The widget's view: the plan's text, and a stacked bar of weights, gradients and AdamW states beside the
-    budget and its usable 70 %."""
+    memory and its 70 % line."""
     result = plan(model, billions, method, lora_rank, budget_gb)
-    est, usable = result.estimate, usable_gb(budget_gb)
+    est, line = result.estimate, line_gb(budget_gb)
     return result.text, _bar_against(
         f"What takes the memory: {est.model}, {est.label}", "the estimate (activations not included)", "estimate",
-        est.parts_gb(), [(budget_gb, "-", f"budget: {budget_gb:g} GB"), (usable, "--", f"70% usable: {usable:g} GB")],
+        est.parts_gb(), [(budget_gb, "-", f"memory: {budget_gb:g} GB"), (line, "--", f"70 % line: {line:g} GB")],
         f"{est.gb:.2f} GB: {'fits' if est.fits(budget_gb) else 'does not fit'}")
 
 
@@ -226,8 +229,9 @@ def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8
 
     ``config`` is a shipped preset, a ``config.json`` path or a dict; ``method`` one of
     :data:`course_utils.memory.ALL_METHODS` (``full-bf16`` included); every other argument is checked by
-    :func:`course_utils.step_memory.estimate_step`. The text lists the five parts and one line per GPU, whose
-    budget is what a process can use there (no 70 % rule: this estimate includes the activations).
+    :func:`course_utils.step_memory.estimate_step`. The text lists the five parts and one line per GPU: its usable
+    memory (the card's less the CUDA context) and :func:`course_utils.memory.step_verdict`'s word, "fits" (at most
+    90 % of usable), "tight" (90-100 %) or "does not fit" (no 70 % line: this estimate includes the activations).
     """
     from course_utils.step_memory import estimate_step
 
@@ -238,8 +242,10 @@ def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8
     parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in est.categories().items())
     lines = [f"{est.describe()}: predicted peak {est.peak_gb:.2f} GB on a GPU ({parts} GB).",
              f"Peak moment: {est.peak_moment}."]
-    lines += [f"  {b.label}: {'fits' if est.peak_gb <= b.gb else 'does NOT fit'}"
-              f" ({100 * est.peak_gb / b.gb:.0f} % of it)" for b in budgets]
+    for b in budgets:
+        usable = datasheets.usable_gb(b.gb)
+        lines.append(f"  {b.label}, usable {usable:.4g} GB: {mem.step_verdict(est.peak_gb, usable)} "
+                     f"({100 * est.peak_gb / usable:.0f} % of usable)")
     return Plan(est, budgets, "\n".join(lines))
 
 
@@ -369,35 +375,36 @@ def check_three_ways(full_gb: Any, lora_gb: Any, qlora_gb: Any) -> Feedback:
 # --------------------------------------------------------------------------------------------
 def best_method(params: float, budget_gb: float) -> str:
     """The first method in the order full, LoRA, LoRA on a 16-bit base, QLoRA whose estimate fits ``budget_gb``
-    (at most 70 % of it), else 'none'."""
+    (at most its 70 % line), else 'none'."""
     return next((m for m in _ORDER if mem.estimate(params, m).fits(budget_gb)), "none")
 
 
 def _check_method_for(answer: Any, model: str, budget_gb: float, name: str) -> Feedback:
     """Check a choice of method (or "none"): the first that fits ``model`` of the lesson's table in ``budget_gb``.
 
-    Each wrong option earns a hint from the estimates: over the budget, inside it but over 70 %, or too far down.
+    Each wrong option earns a hint from the estimates: over the memory, inside it but over the 70 % line, or too
+    far down.
     """
     params = next(m.params for m in mem.MODELS if m.name == model)
-    expected, usable = best_method(params, budget_gb), mem.usable_gb(budget_gb)
+    expected, line = best_method(params, budget_gb), mem.line_gb(budget_gb)
     est = {m: mem.estimate(params, m) for m in _ORDER}
     hints: dict[str, str] = {}
     for m in _ORDER:
         gb, label = est[m].gb, est[m].label[0].upper() + est[m].label[1:]
         if gb > budget_gb:
             hints[m] = f"{label} needs {gb:.2f} GB: more than the whole {budget_gb:g} GB."
-        elif gb > usable:
-            hints[m] = (f"{label} needs {gb:.2f} GB: under {budget_gb:g} GB, but over the usable 70 % "
-                        f"({usable:g} GB). The other 30 % is for activations and the program itself.")
+        elif gb > line:
+            hints[m] = (f"{label} needs {gb:.2f} GB: under {budget_gb:g} GB, but over its 70 % line "
+                        f"({line:g} GB). The other 30 % is for activations and the program itself.")
         elif m != expected:
             hints[m] = (f"{label} fits ({gb:.2f} GB), but {est[expected].label} fits too ({est[expected].gb:.2f} GB) "
                         "and comes first in the order: it gives up less.")
     if expected == "none":
-        why = f"Even QLoRA needs {est['qlora'].gb:.2f} GB, over {usable:g} GB."
+        why = f"Even QLoRA needs {est['qlora'].gb:.2f} GB, over the 70 % line ({line:g} GB)."
     else:
-        hints["none"] = (f"{est[expected].label} needs {est[expected].gb:.2f} GB, within the usable 70 % of "
-                         f"{budget_gb:g} GB ({usable:g} GB).")
-        why = f"{est[expected].label}: {est[expected].gb:.2f} GB, within {usable:g} GB."
+        hints["none"] = (f"{est[expected].label} needs {est[expected].gb:.2f} GB, within the 70 % line of "
+                         f"{budget_gb:g} GB ({line:g} GB).")
+        why = f"{est[expected].label}: {est[expected].gb:.2f} GB, within the 70 % line ({line:g} GB)."
     return check_choice(answer, expected, name=name, options=_CHOICES, hints=hints, why=why)
 
 

@@ -1,8 +1,8 @@
-"""Notebook 01b (real models in 4 bits, and QLoRA): its chart, its widget and its two exercises.
+"""Notebook 01b (real models in 4 bits, and QLoRA): its chart, its widget, its two exercises and its ticket report.
 
-The counting is in :mod:`course_utils.footprint` and :mod:`course_utils.architecture`; this module draws where a
-model's bytes go at 16 and 4 bits, wires the "how close to a quarter?" sliders, and checks the 4-bit size and
-the LoRA count.
+The counting is in :mod:`course_utils.footprint`, :mod:`course_utils.architecture` and :mod:`course_utils.tickets`;
+this module draws where a model's bytes go at 16 and 4 bits, wires the "how close to a quarter?" sliders, checks
+the 4-bit size and the LoRA count, and writes the ticket counts as lines a learner reads.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from course_utils.footprint import Part, four_bit_ratio_report
+from course_utils.tickets import TEAMS, Ticket, chance_tail, team_named, wilson_interval
 from course_utils.lessons.kit import COLORS, Feedback, check_number, finish, new_figure, view_panel
 from course_utils.units import GB, format_bytes
 
@@ -149,3 +150,36 @@ def check_lora_count(answer: Any) -> Feedback:
                         rel_tol=0.0, abs_tol=0.5, mistakes=mistakes,
                         hint="Per targeted layer: r x (d_in + d_out). Add q_proj and v_proj, then multiply "
                              "by the number of decoder layers.")
+
+
+def embedding_text(model: Any) -> str:
+    """The input embedding table's size and type, as the model holds it now: ``"56.6 MB of torch.bfloat16"``."""
+    table = model.get_input_embeddings().weight
+    return f"{format_bytes(table.numel() * table.element_size())} of {table.dtype}"
+
+
+def count_line(label: str, right: int, total: int) -> str:
+    """``"<label>  right team 26/48 = 54 % (95 % interval 40-68 %)"``, the interval by Wilson's formula."""
+    low, high = wilson_interval(right, total)
+    return f"{label:<18} right team {right:>2}/{total} = {100 * right / total:3.0f} % " \
+           f"(95 % interval {100 * low:.0f}-{100 * high:.0f} %)"
+
+
+def verdict(right: int, best_baseline: int, k: int, total: int) -> str:
+    """What the trained count says, in words: at least ``k`` tickets above the best baseline, or a weak result."""
+    gap, tail = right - best_baseline, chance_tail(total, right)
+    luck = "under 0.1 %" if tail < 0.001 else f"{100 * tail:.1f} %"
+    said = "better than guessing" if gap >= k else f"not the +{k} the check asks: a weak result"
+    return f"{gap:+d} tickets against the best baseline, {said} (a guesser gets {right} or more: {luck})"
+
+
+def confusion_table(answers: Sequence[str], tickets: Sequence[Ticket]) -> str:
+    """Right team (rows) against the team each answer names (columns; "none": no team, or several)."""
+    if len(answers) != len(tickets):
+        raise ValueError(f"need one answer per ticket, got {len(answers)} answers for {len(tickets)} tickets")
+    named = [team_named(a) for a in answers]
+    lines = ["right team  answered: " + " ".join(f"{team or 'none':>9}" for team in (*TEAMS, None))]
+    for gold in TEAMS:
+        counts = [sum(t.team == gold and n == team for t, n in zip(tickets, named)) for team in (*TEAMS, None)]
+        lines.append(f"{gold:<21}" + " ".join(f"{c:>9}" for c in counts))
+    return "\n".join(lines)

@@ -13,7 +13,7 @@
 # %% [markdown]
 # ## Why quantize?
 #
-# A smaller model needs less memory and answers faster. We write π as 3.14, not 3.14159265; quantization
+# A smaller model needs less memory and can answer faster. We write π as 3.14, not 3.14159265; quantization
 # keeps fewer digits of each weight too. In float32, the default format, a weight takes 32 bits (4 bytes);
 # bfloat16 is a 16-bit float, int8 and int4 are 8- and 4-bit integers. A model with 7 billion weights (7B):
 
@@ -135,17 +135,21 @@ lesson.check_quantize_int8(quantize_int8)
 #
 # **Benefits**
 # - 4-bit weights take about a quarter of the memory of 16-bit ones.
-# - Faster text generation: each new token reads every weight from memory, and fewer bytes read faster.
+# - Faster text generation, where kernels read the 4-bit weights directly (GPU serving tools, named below;
+#   recent bitsandbytes for a few tokens at a time): each new token reads every weight once, so memory traffic
+#   sets the pace, and 4 bits are a quarter of 16-bit's bytes.
 # - Bigger models fit on smaller, cheaper GPUs.
 
 # %% [markdown]
 # **Trade-offs**
 # - Some quality loss: 8 bits are close to lossless, 4 bits lose a little, 3 and 2 bits a lot.
 # - Small models suffer more than big ones.
-# - Not always faster: weights turn back into 16 bits for the maths, so it depends on the GPU, the software
-#   and the batch size. This notebook times nothing.
+# - Not always faster: it depends on the GPU, the software and the batch size. In training, with many tokens at
+#   once, bitsandbytes' NF4 (next notebooks) unpacks each block of weights to 16 bits before multiplying: it
+#   saves memory, not time. This notebook times nothing.
 # - You cannot train quantized weights: a small update rounds away. QLoRA freezes a 4-bit model and trains
-#   small 16-bit adapters (next notebook).
+#   small adapters, usually called 16-bit; peft, used in the next notebook, keeps them in float32 by default,
+#   as this course does.
 #
 # ## Same model, four formats
 #
@@ -209,13 +213,15 @@ lesson.format_widget(model, data)
 # A language model is mostly matrices like this one: 16.8 million weights. Random normal numbers stand in for
 # trained weights, and one scale serves the whole matrix.
 #
-# **Predict before you run**: int4 has 15 levels, int8 255. Is int4's error about 2× or 17× int8's?
+# **Predict before you run**: int4 has 15 levels, int8 255, 17 times as many. Is int4's error about 2× int8's
+# (half the bits) or about 17×?
 
 # %%
 _ = torch.manual_seed(0)
 w = torch.randn(4096, 4096)  # a weight matrix in float32
 print(f"float32: {w.nbytes / 1e6:.0f} MB")
 
+errors = {}
 for bits in (8, 4):
     q_max = 2 ** (bits - 1) - 1  # 127 for int8, 7 for int4
     s = w.abs().max() / q_max    # scale: the largest weight maps to q_max
@@ -223,10 +229,13 @@ for bits in (8, 4):
     w_hat = q * s                # dequantize: x ≈ q × s
     size = w.numel() * bits / 8 / 1e6
     error = (w - w_hat).abs().mean()
+    errors[bits] = error
     print(f"int{bits}:    {size:.0f} MB, average error {error:.3f}")
+print(f"int4's error / int8's: {errors[4] / errors[8]:.1f}x")
 
 # %% [markdown]
-# About 18×: the step is 127 / 7 ≈ 18 times bigger. Why so crude? `s` and `q` are still int4's:
+# About 18×: the step is 127 / 7 ≈ 18.1 times bigger (15 levels span 14 steps, 255 span 254), and the average
+# error is about a quarter of a step at both widths. Why so crude? `s` and `q` are still int4's:
 
 # %%
 print(f"largest |weight| {w.abs().max():.2f}, so the int4 step is {s:.3f}")
@@ -299,8 +308,9 @@ print(f"nf4, blocks of 64:  {size / 1e6:.2f} MB, average error {(blocks - w_hat)
 #
 # ## Real models in 4 bits, and QLoRA
 #
-# > **Continued in [the next notebook](01b_real_models_qlora.ipynb)**: Qwen2.5-1.5B-Instruct in 16 and 4 bits
-# > (a third of the size, not a quarter: the embedding table stays in 16 bits), then QLoRA fine-tuning.
+# > **Continued in [the next notebook](01b_real_models_qlora.ipynb)**: SmolLM2-135M-Instruct loaded in 16 and
+# > 4 bits, and Qwen2.5-1.5B-Instruct's two sizes computed from its config (4 bits give about a third of the
+# > size, not a quarter: the embedding table stays in 16 bits); then QLoRA fine-tuning.
 
 # %% [markdown] slide="notes"
 # **Libraries you will meet**: bitsandbytes with Hugging Face Transformers (load any model in 8 or 4 bits),
@@ -323,7 +333,7 @@ print(f"nf4, blocks of 64:  {size / 1e6:.2f} MB, average error {(blocks - w_hat)
 # 2. Yes. Symmetric levels would span −6…6 and waste the negative half; with a zero-point all the levels span
 #    0…6, so the step and the error are half as big. The cost: one small integer per scale.
 # 3. Nothing: the new value rounds back to the same level, so the update is lost. That is why QLoRA keeps
-#    the 4-bit weights frozen and trains 16-bit adapters instead.
+#    the 4-bit weights frozen and trains small adapters instead (16-bit, or float32 as peft keeps them).
 #
 # </details>
 #

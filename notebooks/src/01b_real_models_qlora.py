@@ -28,6 +28,7 @@ import torch
 
 from course_utils import footprint, models, standin, tickets
 from course_utils.hardware import autocast_dtype, needs_loss_scaling, pick_device
+from course_utils.progress import status
 from course_utils.quiet import quiet_libraries
 from course_utils.lessons import real_models_qlora as lesson
 
@@ -59,7 +60,7 @@ with quiet_libraries():  # no progress bars
     course_config = BitsAndBytesConfig(
         load_in_4bit=True,               # store the weights in 4 bits
         bnb_4bit_quant_type="nf4",       # the 4-bit format QLoRA uses
-        bnb_4bit_compute_dtype=compute,  # turn back into 16 (here: float32) bits for the maths
+        bnb_4bit_compute_dtype=compute,  # the type the 4-bit weights are unpacked to for the maths
     )
     model_4 = None if no_4bit else AutoModelForCausalLM.from_pretrained(
         choice.name, dtype=dtype, device_map=device_map, quantization_config=course_config)
@@ -69,7 +70,7 @@ print(f"16-bit: {model_16.get_memory_footprint() / 1e6:.1f} MB, weights in {mode
 if model_4 is None:
     print(f"4-bit: skipped ({no_4bit})")
 else:
-    print(f"4-bit:  {model_4.get_memory_footprint() / 1e6:.1f} MB")
+    print(f"4-bit:  {model_4.get_memory_footprint() / 1e6:.1f} MB, unpacked to {compute} for the maths")
     scales_4 = footprint.measured_scale_bytes(model_4)  # as loaded: a CPU with AVX-512-bf16 repacks them at first use
 
 # %% [markdown]
@@ -179,15 +180,16 @@ del model_4  # the course's config has done its job
 # %%
 from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-before_mb = base.get_memory_footprint() / 1e6
+before_mb, table_before = base.get_memory_footprint() / 1e6, lesson.embedding_text(base)
 if not no_4bit:
     models.keep_4bit_trainable_on_cpu(base)  # a CPU pitfall ("Going deeper")
     base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=device.type == "cuda",
                                            gradient_checkpointing_kwargs={"use_reentrant": False})
 print(f"footprint {before_mb:.1f} MB -> {base.get_memory_footprint() / 1e6:.1f} MB after the float32 upcast")
+print(f"embedding table {table_before} -> {lesson.embedding_text(base)}")
 
 # %% [markdown]
-# The embedding table doubled: 56.6 MB of bfloat16 became 113.2 MB of float32.
+# The embedding table doubled: from 16 bits to 32 a number.
 #
 # ## QLoRA, step 2: a small adapter
 #
@@ -205,8 +207,10 @@ with quiet_libraries():  # a transformers deprecation notice
 qlora.print_trainable_parameters()
 
 # %% [markdown]
-# 3.50 %, not "under 1 %": a d × d matrix's adapter has 2rd numbers against d² weights, a share of **2r/d**.
-# SmolLM2 is 576 wide; the Unsloth example's Qwen3-4B is 2,560 wide:
+# 3.50 %, not "under 1 %". Each targeted matrix (d_out × d_in) gets **r × (d_in + d_out)** adapter numbers:
+# for a square 576 × 576 one, 2 × 16 / 576 = 5.6 % of its weights. The model's share adds them up over every
+# targeted matrix and divides by all parameters, the embedding table included (it gets no adapter). Wider models
+# get smaller shares: SmolLM2 is 576 wide, the Unsloth example's Qwen3-4B 2,560:
 
 # %%
 from course_utils import lora
@@ -234,25 +238,43 @@ lesson.check_lora_count(answer)
 # %% [markdown]
 # ## QLoRA, step 3: teach it something you can see
 #
-# 04's project routes support tickets to a team, answering in strict JSON: `{"team": "billing"}`. The course
-# ships 28 made-up tickets to train on and 8 held-out ones it never trains on, over four teams. First, the
-# untrained model on the held-out tickets:
+# 04's project routes support tickets to a team, answering in strict JSON: `{"team": "billing"}`. The team in
+# 04's case study has 900 labelled tickets and 102 dev cases: their figures. This notebook ships its own small
+# set, written for the course, over four teams; the next cell counts it. The instruction asks for the JSON, so the
+# untrained model gets a fair try, and a prose answer that names one team counts for the team.
+#
+# What is an answer worth without training? Two baselines on the same held-out tickets: always the most common
+# training team, and the model as it is, prompt only. Chance is 1 in 4.
 
 # %%
 train, heldout = tickets.load_tickets("train"), tickets.load_tickets("heldout")
-before = tickets.score(tickets.route(qlora, tokenizer, heldout), heldout)
-print(choice.label, "valid JSON before training on at most 1 of 8:", before.valid <= 1)
+majority = tickets.majority_team(train)
+always = tickets.score([tickets.answer_text(majority)] * len(heldout), heldout)
+print(f"this notebook's tickets: {len(train)} to train on, {len(heldout)} held out")
+print(f"chance: 1 in {len(tickets.TEAMS)}, {len(heldout) / len(tickets.TEAMS):.0f} of {len(heldout)} on average")
+print(lesson.count_line(f"always {majority!r}", always.right, always.total),
+      "(the most common training team; on a tie, the first)")
+
+# %% tags=["nbval-ignore-output"] nbval_reason="greedy answers of the untrained model can change with the CPU's kernels; no check depends on these digits alone."
+answers = tickets.route(qlora, tokenizer, heldout)
+before = tickets.score(answers, heldout)
+print(choice.label, f"prompt only: valid JSON {before.valid}/{before.total}")
+print(lesson.count_line("prompt only", before.right, before.total))
+print("first ticket:", choice.show_text(answers[0]))
 
 # %% [markdown]
-# **Predict:** after 28 steps, one ticket each, how many answers will be valid JSON? How many name the right
-# team? The loop is plain PyTorch: the loss covers the answer only, and the optimizer sees only the adapter. The
-# learning rate, 1e-3, is high for so short a run; real recipes use about 2e-4 over thousands of steps.
+# **Predict:** after one step per training ticket, how many answers will be valid JSON? How many will name the
+# right team? The check below can fail: the adapter must beat both baselines by at least k tickets, k chosen so
+# that a random guesser passes less than 1 % of the time. The loop is plain PyTorch: the loss covers the answer
+# only, and the optimizer sees only the adapter. Its learning rate, 1e-3, is high for so short a run; real
+# recipes use about 2e-4 over thousands of steps.
 
 # %%
 optimizer = torch.optim.AdamW([p for p in qlora.parameters() if p.requires_grad], lr=1e-3)
 scaler = torch.amp.GradScaler(device.type, enabled=needs_loss_scaling(compute))  # float16 only (notebook 02)
 losses = []
 qlora.train()
+status(f"Training the adapter: {len(train)} steps, one ticket each …")
 for ticket in train:
     batch = tickets.training_example(tokenizer, ticket, device)  # prompt + answer; labels on the answer
     loss = qlora(**batch).loss
@@ -262,20 +284,30 @@ for ticket in train:
     optimizer.zero_grad()
     losses.append(loss.item())
 
-after = tickets.score(tickets.route(qlora, tokenizer, heldout), heldout)
-print(choice.label, "valid JSON after training on at least 6 of 8:", after.valid >= 6)
-print(choice.label, "right team on more held-out tickets than before:", after.right > before.right)
+answers = tickets.route(qlora, tokenizer, heldout)
+after = tickets.score(answers, heldout)
+k = tickets.margin_over_chance(len(heldout))  # a guesser reaches n/4 + k with a chance of 1 % or less
+print(choice.label, "valid JSON after training on at least 90 %:", after.valid >= 0.9 * after.total)
+print(choice.label, f"right team beats both baselines by at least {k} tickets:",
+      after.right >= max(before.right, always.right) + k)
 
-# %% tags=["nbval-ignore-output"] nbval_reason="exact counts and losses vary a little from one CPU or GPU to another; the checks above hold a margin."
-print(f"valid JSON {before.valid}/8 -> {after.valid}/8; right team {before.right}/8 -> {after.right}/8")
+# %% tags=["nbval-ignore-output"] nbval_reason="counts after training on 4-bit weights can change with the processor's kernels; the checks above hold a wide margin."
+print(f"valid JSON {before.valid}/{before.total} -> {after.valid}/{after.total}")
+for label, right in ((f"always {majority!r}", always.right), ("prompt only", before.right), ("trained", after.right)):
+    print(lesson.count_line(label, right, len(heldout)))
+print(lesson.verdict(after.right, max(before.right, always.right), k, len(heldout)))
+print(lesson.confusion_table(answers, heldout))
+for ticket, answer in zip(heldout[:4], answers):  # a sample, next to the right team
+    print(f"right: {ticket.team:<9} answered: {answer!r}")
 print("loss, first and last 4 steps:", " ".join(f"{x:.2f}" for x in losses[:4]), "…",
       " ".join(f"{x:.2f}" for x in losses[-4:]))
-print("answers now:", tickets.route(qlora, tokenizer, heldout[:4]))
 
 # %% [markdown]
-# The format comes first: within a few dozen steps nearly every answer is valid JSON. The right team needs more
-# examples or more steps, so measure what you claim. The stand-in learns the format too, but with random weights
-# it cannot read the tickets.
+# Two things are learnt here: the format (valid JSON) and the routing (the right team). The verdict line says
+# whether the routing beats what luck gives a guesser; the interval says how precisely a few dozen tickets can
+# tell. These tickets are short and tidy; real ones are harder (04's team has French among theirs), so measure
+# on held-out tickets of your own. The stand-in learns the format too, but with random weights it cannot read
+# the tickets.
 
 # %% [markdown]
 # ### The Unsloth version
@@ -326,8 +358,10 @@ if plan.run:
 # - So 4 bits give about a third, not a quarter: 41 % for SmolLM2-135M, 36 % for Qwen2.5-1.5B. Bigger models get
 #   closer to 25 %.
 # - QLoRA = a frozen 4-bit base (double quantization, `prepare_model_for_kbit_training` and its float32 upcast)
-#   plus a LoRA adapter. An adapter's share of a matrix is about 2r/d: 3.50 % of SmolLM2, 0.81 % of Qwen3-4B.
-# - A few dozen steps teach a format; knowledge takes more. Measure on examples the model never saw.
+#   plus a LoRA adapter: r × (d_in + d_out) numbers per targeted matrix, at rank 16 3.50 % of SmolLM2's
+#   parameters and 0.81 % of Qwen3-4B's.
+# - A few dozen steps teach a format; routing takes more. Measure on examples the model never saw, against
+#   baselines, with an interval.
 #
 # Next, mixed precision: fast 16-bit maths while the master weights stay in float32.
 

@@ -74,11 +74,11 @@ lesson.check_trips(steps, last_trip_weight)
 # %% [markdown]
 # <details><summary>Worked solution</summary>
 #
-# 1. 48 ÷ 8 = **6** accumulation steps: `acc.accumulation_steps_for(48, 8)`.
+# 1. 48 ÷ 8 = **6** accumulation steps: `accumulation.accumulation_steps_for(48, 8)`.
 # 2. An example in a trip of *n* weighs 1/*n* (the trip's mean) × 1/5 (the five trips). The last trip: 1/(8 × 5)
 #    = **1/40**; the full trips: 1/50. The 8 short-trip examples count 1.25× as much as the others, which is why
-#    `acc.accumulation_steps_for(48, 10)` raises a `ValueError`. Pick a micro-batch that divides 48, or divide
-#    each trip's *summed* loss by 48 (the padding fix below).
+#    `accumulation.accumulation_steps_for(48, 10)` raises a `ValueError`. Pick a micro-batch that divides 48, or
+#    divide each trip's *summed* loss by 48 (the padding fix below).
 #
 # </details>
 
@@ -375,7 +375,7 @@ lesson.check_batch_loss(batch_loss)
 #
 # <details><summary>Show the answer</summary>
 #
-# 256 = 16 × steps × 2, so **8** steps: `acc.accumulation_steps_for(256, 16, world_size=2)`.
+# 256 = 16 × steps × 2, so **8** steps: `accumulation.accumulation_steps_for(256, 16, world_size=2)`.
 #
 # </details>
 #

@@ -8,7 +8,7 @@
 # - explain why a run can fail although its estimate fits;
 # - choose a method for a memory budget, with a reason from the task and one from the memory.
 #
-# Runs in a few minutes on a 2-core CPU; no GPU needed.
+# A CPU is enough; no GPU needed.
 
 # %% [markdown]
 # **Before you start**: LoRA freezes a model and trains a small adapter; a float32 number takes 4 bytes, a
@@ -29,7 +29,8 @@
 # ## The problem: will it fit?
 #
 # A team teaches the small language model SmolLM2-135M to route support tickets, answering in strict JSON. It
-# has 900 labelled tickets and 102 more kept aside for testing (the *dev set*). Kwame holds the budget, Tomás
+# has 900 labelled tickets and 102 more kept aside for testing (the *dev set*): the team's data, not this
+# course's small made-up set. Kwame holds the budget, Tomás
 # trains, Priya judges the results, Grace labelled the tickets.
 #
 # Tomás: "SmolLM2 is tiny. Let's tune a 7-billion-parameter model." Kwame: "Will it fit?"
@@ -57,7 +58,8 @@ for name, params in {"SmolLM2-135M": 134_515_008, "a 7B model": 7_000_000_000}.i
 # ## LoRA changes the sum
 #
 # With LoRA every weight stays in memory at 4 bytes, frozen: gradients and AdamW's averages exist only for the
-# adapter, **12 bytes** per adapter number. On a layer mapping `in` numbers to `out`, a rank-8 adapter adds two
+# adapter, **12 bytes** per adapter number (the adapter's own float32 weights, 4 more bytes each, come on top: 0.0018
+# GB here, counted below). On a layer mapping `in` numbers to `out`, a rank-8 adapter adds two
 # matrices, 8 × `in` and `out` × 8. The team's sits on `q_proj` (576 → 576) and `v_proj` (576 → 192) in
 # SmolLM2's 30 layers:
 
@@ -153,13 +155,17 @@ adapter = 7e9 * trained / total
 print(f"frozen base, 7e9 x 0.5 bytes:     {base / 1e9:.2f} GB")
 print(f"adapter, {adapter:,.0f} x 12 bytes: {adapter * 12 / 1e9:.2f} GB")
 print(f"QLoRA on a 7B model:              {(base + adapter * 12) / 1e9:.2f} GB")
+upcast = rest * 2  # training's preparation step turns the 16-bit rest into float32: 2 more bytes each
+print(f"Qwen2.5-7B's real base {real / 1e9:.2f} GB; prepared for training "
+      f"(the rest in float32, +{upcast / 1e9:.2f} GB): {(real + upcast) / 1e9:.2f} GB")
 
 # %% [markdown]
-# 3.79 GB: on paper a 7B model now fits the laptop's 16 GB, and so does a real 7B's 5.55 GB base. Two costs:
+# 3.79 GB: on paper a 7B model now fits the laptop's 16 GB, and so does a real 7B's base, even after QLoRA's
+# preparation step ([notebook 01b](01b_real_models_qlora.ipynb)) stores its 16-bit rest in float32. Two costs:
 #
 # 1. **Quality.** Rounding moves every weight, so answers can change: measure quality again.
-# 2. **Hardware.** bitsandbytes, QLoRA's usual library, once needed a GPU; version 0.50 also runs on Intel and
-#    AMD (x86) CPUs. But a CPU computes a 7B model far too slowly: QLoRA belongs on a GPU.
+# 2. **Hardware.** bitsandbytes, QLoRA's usual library, runs on x86 CPUs too since version 0.50, but a CPU
+#    computes a 7B model far too slowly: QLoRA belongs on a GPU.
 
 # %% [markdown]
 # ## The estimator, for every model and method
@@ -175,8 +181,7 @@ _ = main(["memory"])
 
 # %% [markdown]
 # "fits": at most 70 % of the memory; the rest is for the **activations** (what the forward pass keeps for
-# backward) and the system. Assumed: round sizes of common model families, and LoRA training 0.34 % of any
-# model. These numbers describe these models and library versions.
+# backward) and the system. Assumed: round model sizes, and LoRA training 0.34 % of any model.
 
 # %%
 from course_utils import memory
@@ -187,14 +192,14 @@ plt.show()
 
 # %% [markdown] slide="notes"
 # **Text description of the chart.** A 7B model: full fine-tuning 112.0 GB, LoRA on float32 28.3 GB, on
-# bfloat16 14.3 GB, QLoRA 3.8 GB. Lines at 70 % of each budget: 11.2, 16.8 and 56 GB. Only QLoRA is under
+# bfloat16 14.3 GB, QLoRA 3.8 GB. The 70 % lines of the three memories: 11.2, 16.8 and 56 GB. Only QLoRA is under
 # the laptop's line, LoRA in bfloat16 under the 24 GB GPU's; full fine-tuning is above all three.
 
 # %% [markdown]
 # ## Try it: a budget planner
 #
-# Pick a model, a method, a LoRA rank and a memory size; the planner draws what takes the memory. Start from a
-# 7B model in bfloat16 on 16 GB, then move to 24 GB.
+# Pick a model, a method, a LoRA rank and a memory size; the planner draws what takes the memory. Start from
+# 7B LoRA in bfloat16 on 16 GB, then try 24 GB.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="an interactive widget; nbval has no widget front end to compare it with."
 lesson.budget_planner(model="a 7B model", method="lora-bf16", lora_rank=8, budget_gb=16.0)
@@ -234,14 +239,14 @@ lesson.check_three_ways(full_gb, lora_gb, qlora_gb)
 # qlora_gb = (3e9 * 0.5 + adapter * 12) / 1e9
 # ```
 #
-# The estimator agrees: `mem.estimate(3e9, "full").gb`, `mem.estimate(3e9, "lora").gb`,
-# `mem.estimate(3e9, "qlora").gb`.
+# The estimator agrees: `memory.estimate(3e9, "full").gb`, `memory.estimate(3e9, "lora").gb`,
+# `memory.estimate(3e9, "qlora").gb`.
 # </details>
 
 # %% [markdown]
 # ## Other methods, other data
 #
-# Two more methods come up whenever people adapt a model; each needs different data.
+# Two more methods come up often when people adapt a model; each needs different data.
 #
 # | Method | What it trains | Data it needs | For ticket routing |
 # | --- | --- | --- | --- |
@@ -266,7 +271,7 @@ lesson.check_three_ways(full_gb, lora_gb, qlora_gb)
 #
 # **The laptop, LoRA rank 8, SmolLM2-135M.** The first run must show whether training on the team's own
 # tickets teaches the format and the routing: a small, cheap run anyone can repeat. The laptop has room: the
-# run's measured peak was 1.88 GB (see the common mistake below). A larger model may read French better, but no
+# team's run peaked at 1.88 GB (see the common mistake below). A larger model may read French better, but no
 # model size learns routing rules, or French, that the training tickets do not show.
 #
 # **What would change the answer**: the adapter learns English routing but fails on French because the base
@@ -286,10 +291,10 @@ lesson.check_three_ways(full_gb, lora_gb, qlora_gb)
 
 # %% [markdown]
 # Reproduce it: one LoRA step on SmolLM2-135M's architecture (random weights: memory does not depend on their
-# values), batch 8 × 64 tokens. Before the step the tensors hold the estimate plus the adapter itself:
+# values), batch 8 × 128 tokens. Before the step the tensors hold the estimate plus the adapter itself:
 
 # %%
-BATCH, SEQ = 8, 64
+BATCH, SEQ = 8, 128
 parts_gb = {"frozen weights (float32)": total * 4 / 1e9, "adapter's gradients": trained * 4 / 1e9,
             "adapter's AdamW states": trained * 8 / 1e9}
 parts_gb = {name: round(gb, 4) for name, gb in parts_gb.items()}
@@ -331,7 +336,7 @@ print(f"{'measured peak':<54} {round(measured.peak_bytes / 1e9, 3):6.3f} GB "
 
 # %% tags=["nbval-ignore-output"] nbval_reason="the chart shows this machine's measured peak."
 _ = lesson.plot_estimate_vs_measured([lesson.TEAM_RUN, ("here", smol_lora_gb, peak_parts)],
-                                     "LoRA on SmolLM2-135M, batch 8: estimate vs measured peak",
+                                     "LoRA on SmolLM2-135M, batch 8 x 128: estimate vs measured peak",
                                      counts="weights, gradients, AdamW states")
 plt.show()
 
@@ -342,12 +347,12 @@ plt.show()
 
 # %% [markdown]
 # The **framework baseline** (Python and libraries, loaded first) does not shrink with the model. "Other" holds
-# short-lived tensors of backward, such as the *logits*, a score per vocabulary word per token (512 × 49,152 × 4
-# bytes = 0.1 GB), and freed memory not yet returned. On a GPU the baseline stays in ordinary RAM; only the
+# short-lived tensors of backward, such as the *logits*, a score per vocabulary word per token (1,024 × 49,152 × 4
+# bytes = 0.2 GB), and freed memory not yet returned. On a GPU the baseline stays in ordinary RAM; only the
 # *CUDA context* (the driver's state, 0.3–0.5 GB on Colab's T4) sits in GPU memory outside the counter.
 #
 # **Fix.** Treat the estimate as a floor, keep 30 % free, and measure a short run before a long one.
-# [Notebook 05](05_memory_tricks.ipynb) adds activations to the estimate.
+# [Notebook 05](05_memory_tricks.ipynb) explains this same step, part by part.
 
 # %% [markdown]
 # ## Guided practice: three budgets
@@ -364,11 +369,11 @@ for budget in memory.BUDGETS:
             new.setdefault(model_name, []).append(method)
     seen.update(fitting)
     added = "; ".join(f"{m.removeprefix('a ').removesuffix(' model')}: {' '.join(ms)}" for m, ms in new.items())
-    print(f"{budget.label} (usable {budget.usable_gb:g} GB): {len(fitting):>2} of 16 fit, new: {added}")
+    print(f"{budget.label} (70 % line {budget.line_gb:g} GB): {len(fitting):>2} of 16 fit, new: {added}")
 
 # %% [markdown]
 # - **16 GB laptop: LoRA rank 8 on SmolLM2-135M.** 900 tickets are too few to retrain every weight, and the
-#   first run must be cheap. 0.54 GB estimated, 1.88 GB measured: far below 11.2 GB.
+#   first run must be cheap. 0.54 GB estimated, 1.88 GB in the team's run: far below 11.2 GB.
 # - **24 GB GPU** adds 7B LoRA in bfloat16 (14.29 GB): **only once SmolLM2 fails where a larger model could
 #   help** (French, say).
 # - **80 GB GPU** adds 1.7B full fine-tuning, 7B LoRA in float32 and 70B QLoRA (37.88 GB): **the same 7B
@@ -392,7 +397,7 @@ lesson.check_best_methods(method_8gb, method_48gb)
 # %% [markdown]
 # <details><summary>Worked solution: the checked part</summary>
 #
-# Usable memory: 70 % of 8 GB is 5.6 GB; of 48 GB, 33.6 GB.
+# The 70 % line: 5.6 GB of 8 GB; 33.6 GB of 48 GB.
 #
 # - **1.7B, 8 GB**: full fine-tuning 27.20 GB, no; LoRA on float32 6.87 GB, over 5.6 GB, no; LoRA on
 #   bfloat16 3.47 GB fits: `method_8gb = 'lora-bf16'`.
@@ -401,7 +406,7 @@ lesson.check_best_methods(method_8gb, method_48gb)
 #
 # <details><summary>Worked solution: the three budgets</summary>
 #
-# Usable memory is 70 %: 5.6 GB, 33.6 GB and 44.8 GB.
+# The 70 % lines: 5.6 GB, 33.6 GB and 44.8 GB.
 #
 # 1. **8 GB laptop**: LoRA on SmolLM2 (estimate 0.54 GB). Full fine-tuning (2.15 GB) fits too, but 900 tickets
 #    argue for an adapter. A 1.7B model in bfloat16 (3.47 GB) and 7B QLoRA (3.79 GB) fit on paper, but a
@@ -479,7 +484,7 @@ lesson.check_best_methods(method_8gb, method_48gb)
 #   dominate (SmolLM2 0.54 GB).
 # - QLoRA: a 4-bit frozen model under an adapter, 3.79 GB for 7B at the half-byte floor (real: 5.55 GB base);
 #   check quality, use a GPU.
-# - An estimate is a floor (0.54 GB; measured 1.88 GB): keep 30 % free and measure.
+# - An estimate is a floor (0.54 GB; the team's run peaked at 1.88 GB): keep 30 % free and measure.
 # - Distillation needs a teacher and many tickets, preference tuning pairs of replies: not for now.
 # - The choice: LoRA rank 8 on SmolLM2-135M, on the laptop; the data, not the hardware, limits the run.
 
@@ -607,8 +612,9 @@ print(lesson.step_plan("qwen2.5-1.5b-instruct", "lora", batch=8, seq=1024).text)
 
 # %% [markdown]
 # **Text description of the chart.** One bar, the predicted peak of the step on a GPU, stacked from the bottom:
-# weights, gradients, optimizer states, activations and overhead (the buffers of backward). Four lines mark the
-# memory a training process can use: a T4 15.33 GB (the 15.83 GB Colab's T4 exposes, less about 0.5 GB for the
-# CUDA context), an L4 24 GB, an A100 40 GB, an H100 80 GB; the legend says which ones the step fits. For
-# Qwen2.5-1.5B with LoRA at batch 8 × 1,024 tokens the bar reaches 53 GB: only the H100 holds it, and
-# activations are most of it. Tick *gradient checkpointing* and watch that part shrink.
+# weights, gradients, optimizer states, activations and overhead (the buffers of backward). Four lines mark each
+# GPU's *usable* memory, the card's less 0.5 GB of CUDA context: a T4 15.33 GB (of the 15.83 GB Colab's T4
+# exposes), an L4 23.5 GB, an A100 40 GB 39.5 GB, an H100 79.5 GB. The legend gives each verdict: *fits* up to
+# 90 % of usable, *tight* up to 100 % (the allocator's reserve and fragmentation can still fail it), *does not
+# fit* above. For Qwen2.5-1.5B with LoRA at batch 8 × 1,024 tokens the bar reaches the peak printed above: only
+# the H100 holds it, and activations are most of it. Tick *gradient checkpointing* and watch that part shrink.
