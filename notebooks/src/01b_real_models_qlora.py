@@ -146,7 +146,8 @@ lesson.check_four_bit_size(answer_gb)
 #   fine-tuned (QLoRA, below).
 # - **Not a quarter:** embeddings, norms and biases stay 16-bit, and each block of 64 weights stores a scale.
 # - **Some quality loss**, larger for small models: measure your task again after quantizing.
-# - **Not faster by itself:** every 4-bit weight is unpacked before the maths.
+# - **Not faster for training:** with many tokens at once, and in every backward pass, each 4-bit block is unpacked
+#   to 16 bits before the maths; only generation, a few tokens at a time, can read the 4 bits directly.
 
 # %% [markdown]
 # ## QLoRA, step 1: the usual 4-bit config
