@@ -25,10 +25,10 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 
-from course_utils import checks, measure
+from course_utils import checks, measure, training_step
 from course_utils.configs import read_config
 from course_utils.hardware import as_device
-from course_utils.measure import saved_for_backward as saved_for_backward  # notebook 05 calls it from here
+from course_utils.training_step import saved_for_backward as saved_for_backward  # notebook 05 calls it from here
 from course_utils.peak import measure_peak
 from course_utils.precision import training_arguments_kwargs
 from course_utils.quiet import import_bitsandbytes, quiet_libraries
@@ -56,7 +56,7 @@ TRICKS: dict[str, Trick] = {
     "checkpointing": Trick("gradient checkpointing", {"checkpointing": True},
                            "~50 % memory reduction at ~30 % speed cost"),
     # The key keeps the claim's name; the dtype is the device's ("auto": bfloat16 on a CPU or Ampere+, float16
-    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.measure._step_precision. Labels
+    # with loss scaling on a T4, which has no native bfloat16) - see course_utils.training_step._step_precision. Labels
     # stay short: every table of notebook 05 prints them. The baseline trains with AdamW, like the other rows.
     "bf16": Trick("16-bit autocast", {"autocast": "auto"},
                   "roughly 2x speed on hardware that supports it (Ampere+), almost no quality cost"),
@@ -429,7 +429,7 @@ def memory_efficient_training_arguments(output_dir: str | Path, *, max_steps: in
 
         dev = as_device(device)  # decided once, for the plan and the optimizer check
         # on a CUDA GPU bitsandbytes has its fused kernel; elsewhere (CPU) try one 8-bit step first
-        eight_bit = bnb is not None and (dev.type == "cuda" or measure.adamw8bit_available(dev))
+        eight_bit = bnb is not None and (dev.type == "cuda" or training_step.adamw8bit_available(dev))
         # bfloat16 autocast on a CPU unless it would be emulated (every torch 2 supports it; unknown flags: try it)
         kwargs, changes = training_arguments_plan(output_dir, max_steps=max_steps, device=dev,
                                                   bitsandbytes=eight_bit, cpu_bf16=cpu_bf16_fast() is not False)
@@ -484,7 +484,7 @@ def demo_trainer(config: Any, args: Any, *, batch_examples: int = 32, seq: int =
         from transformers import Trainer
         from transformers.trainer_callback import PrinterCallback
         cfg = read_config(config)
-        model = measure.build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": 0})
+        model = training_step.build_model({"config": cfg, "method": "full", "checkpointing": False, "seed": 0})
         ids = torch.randint(0, cfg["vocab_size"], (batch_examples, seq), generator=torch.Generator().manual_seed(1))
         trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": row, "labels": row} for row in ids])
         trainer.remove_callback(PrinterCallback)

@@ -12,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_notebooks  # noqa: E402 - after the path line above
+import machine_info  # noqa: E402 - after the path line above
+import notebook_layout  # noqa: E402 - after the path line above
 
 STEM = "01_quantization"
 SOURCES = sorted((ROOT / "notebooks" / "src").glob("*.py"))
@@ -121,17 +123,17 @@ def test_a_slide_marker_in_a_source_is_kept_and_checked() -> None:
 
 
 def test_headings_start_slides_and_tall_slides_are_split() -> None:
-    setup = _code(build_notebooks.SETUP_TITLE + "\nprint(1)")
+    setup = _code(notebook_layout.SETUP_TITLE + "\nprint(1)")
     marked = _md("A long aside.")
     marked.metadata["slideshow"] = {"slide_type": "notes"}
     cells = [_md("# Title"), setup, _md("## Section"), _code("x = 1"), _md("### Detail"), marked,
              _code("print(x)", lines_out=30), _code("print(x)", lines_out=30)]
-    assert build_notebooks.slide_types(cells) == ["slide", "skip", "slide", "-", "slide", "notes", "-", "slide"]
+    assert notebook_layout.slide_types(cells) == ["slide", "skip", "slide", "-", "slide", "notes", "-", "slide"]
 
 
 def test_a_closed_details_block_counts_as_one_line() -> None:
     hidden = "<details><summary>Answer</summary>\n\n" + "a long answer line\n" * 40 + "\n</details>"
-    assert build_notebooks.markdown_height(hidden) < build_notebooks.markdown_height("a line\n" * 3)
+    assert notebook_layout.markdown_height(hidden) < notebook_layout.markdown_height("a line\n" * 3)
 
 
 def test_study_time_counts_words_code_cells_and_exercises_of_the_core_path() -> None:
@@ -139,13 +141,13 @@ def test_study_time_counts_words_code_cells_and_exercises_of_the_core_path() -> 
     answer = "<details><summary>Answer</summary>\n\n" + " ".join(["hidden"] * 500) + "\n</details>"
     printed = {"outputs": [{"output_type": "stream", "name": "stdout", "text": ["12 MB -> 3 MB, -- done\n"]}]}
     cells = [_md(words + "\n\n" + answer), {**_code("x = 1"), **printed}, _code("answer = ...\ncheck_bytes(answer)"),
-             _md(build_notebooks.DEEP_DIVE + "\n\n" + words), _code("y = 2")]
-    core, optional = build_notebooks.reading(cells)
+             _md(notebook_layout.DEEP_DIVE + "\n\n" + words), _code("y = 2")]
+    core, optional = notebook_layout.reading(cells)
     assert (core.words, core.printed, core.code_cells, core.exercises) == (300, 5, 1, 1)  # "--" is no word
     assert core.minutes == 2 + 1 + 5  # 300 words (the answer left out), a code cell, an exercise
-    assert build_notebooks.study_minutes(cells) == (8, 4)  # 304 words (the heading's too) and one code cell
-    assert build_notebooks.time_line(7, 0) == "**Time:** about 10 minutes of study for the core path."
-    assert "plus about 5" in build_notebooks.time_line(12, 4)
+    assert notebook_layout.study_minutes(cells) == (8, 4)  # 304 words (the heading's too) and one code cell
+    assert notebook_layout.time_line(7, 0) == "**Time:** about 10 minutes of study for the core path."
+    assert "plus about 5" in notebook_layout.time_line(12, 4)
 
 
 def test_restamp_keeps_outputs_and_refuses_changed_code(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,7 +177,7 @@ def test_cell_times_go_into_the_guide_table(sandbox: Path) -> None:
     assert entry["total_s"] == 12.8 and len(entry["date"]) == 10
     table = build_notebooks.times_table()
     assert f"| {slow['id']} |" in table and "12.3" in table and "01-999" not in table
-    assert build_notebooks.describe_machine(entry["machine"]) in table
+    assert machine_info.describe_machine(entry["machine"]) in table
     text = "guide\n" + build_notebooks.TIMES_START + "\nold\n" + build_notebooks.TIMES_END + "\nend"
     stamped = build_notebooks.stamp_between(text, build_notebooks.TIMES_START, build_notebooks.TIMES_END, table)
     assert "old" not in stamped and stamped.endswith("end") and "12.3" in stamped
@@ -203,8 +205,8 @@ def test_cpu_info_reads_the_model_and_the_bfloat16_flags(tmp_path: Path) -> None
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Test Xeon\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n\n"
                        "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n", encoding="utf-8")
-    assert build_notebooks.cpu_info(cpuinfo) == ("Test Xeon", {"fpu", "avx2", "avx512_bf16", "amx_bf16"})
-    model, flags = build_notebooks.cpu_info(tmp_path / "missing")
+    assert machine_info.cpu_info(cpuinfo) == ("Test Xeon", {"fpu", "avx2", "avx512_bf16", "amx_bf16"})
+    model, flags = machine_info.cpu_info(tmp_path / "missing")
     assert flags is None and model
 
 
@@ -217,8 +219,8 @@ def test_cpu_info_reads_the_model_and_the_bfloat16_flags(tmp_path: Path) -> None
 def test_describe_machine_names_cpu_cores_flags_os_and_torch(flags: tuple, words: str) -> None:
     machine = {"cpu": "Test CPU", "cores": 4, "avx512_bf16": flags[0], "amx_bf16": flags[1], "os": "Linux 6.1",
                "torch": "2.13.0"}
-    assert build_notebooks.describe_machine(machine) == f"4-core Test CPU {words}, Linux 6.1, torch 2.13.0, CPU only"
-    assert build_notebooks.describe_machine("an older record") == "an older record"
+    assert machine_info.describe_machine(machine) == f"4-core Test CPU {words}, Linux 6.1, torch 2.13.0, CPU only"
+    assert machine_info.describe_machine("an older record") == "an older record"
 
 
 def _write_times(sandbox: Path, total_s: float, cpu: str = "Test CPU") -> None:

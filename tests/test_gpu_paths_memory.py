@@ -17,8 +17,9 @@ import torch
 from transformers import Trainer, TrainingArguments  # noqa: F401 - imported before any device is simulated: their
 # first import probes CUDA in ways the simulation does not answer
 
-from course_utils import measure, step_memory, tricks
-from course_utils.measure import StepMeasurement, _Precision, _step_precision, measure_training_step
+from course_utils import measure, step_memory, training_step, tricks
+from course_utils.measure import StepMeasurement, measure_training_step
+from course_utils.training_step import _Precision, _step_precision
 from gpu_sim import Profile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -100,7 +101,7 @@ def test_build_model_uses_the_devices_16bit_base(cuda_device: Profile, monkeypat
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
     spec = {"config": TINY, "method": method, "lora_rank": 4, "targets": ["q_proj"], "seed": 0}
     with pytest.raises(CUDA_REFUSED):
-        measure.build_model(spec, torch.device("cuda"))
+        training_step.build_model(spec, torch.device("cuda"))
     half = half_for(cuda_device)
     assert seen["from_config"] == half
     if method == "qlora":
@@ -121,7 +122,7 @@ def test_build_model_full_bf16_is_bfloat16_on_every_gpu(cuda_device: Profile, mo
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", from_config)
     spec = {"config": TINY, "method": "full-bf16", "lora_rank": 4, "targets": ["q_proj"], "seed": 0}
     with pytest.raises(CUDA_REFUSED):
-        measure.build_model(spec, torch.device("cuda"))
+        training_step.build_model(spec, torch.device("cuda"))
     assert seen["dtype"] == torch.bfloat16
 
 

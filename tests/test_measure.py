@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from course_utils import measure
+from course_utils import measure, training_step
 from course_utils.measure import StepMeasurement, measure_training_step
 from course_utils.peak import measure_peak, track_peak
 from course_utils.quiet import import_bitsandbytes, quiet_libraries
@@ -44,7 +44,7 @@ def test_full_step_counts_exactly(full_step: StepMeasurement) -> None:
 
 
 def test_lora_step_trains_only_adapters() -> None:
-    if not measure.adamw8bit_available("cpu"):
+    if not training_step.adamw8bit_available("cpu"):
         pytest.skip("this bitsandbytes has no 8-bit AdamW for the CPU (0.49+ has)")
     m = measure_training_step(TINY, method="lora", batch=1, seq=8, lora_rank=4, optimizer="adamw8bit",
                               timeout_s=120)
@@ -59,18 +59,18 @@ def test_full_bf16_model_and_adamw_states_are_bfloat16() -> None:
     """Pure bf16: every parameter bfloat16 and trainable; torch AdamW keeps exp_avg and exp_avg_sq in bfloat16."""
     spec = {"config": TINY, "method": "full-bf16", "lora_rank": 8, "targets": ["q_proj"], "seed": 0,
             "optimizer": "adamw"}  # the config says bfloat16 too, but build_model sets the dtype itself
-    model = measure.build_model(spec, torch.device("cpu"))
+    model = training_step.build_model(spec, torch.device("cpu"))
     params = list(model.parameters())
     assert all(p.dtype == torch.bfloat16 and p.requires_grad for p in params)
     assert sum(p.numel() for p in params) == TINY_PARAMS
-    opt = measure._make_optimizer(spec, params)
+    opt = training_step._make_optimizer(spec, params)
     ids = torch.randint(0, 512, (1, 8))
     model(input_ids=ids, labels=ids).loss.backward()
     assert all(p.grad.dtype == torch.bfloat16 for p in params)
     opt.step()
     states = list(opt.state.values())
     assert {st["exp_avg"].dtype for st in states} == {st["exp_avg_sq"].dtype for st in states} == {torch.bfloat16}
-    state_bytes = measure._unique_nbytes(v for st in states for v in st.values())
+    state_bytes = training_step._unique_nbytes(v for st in states for v in st.values())
     assert state_bytes == 4 * TINY_PARAMS + 4 * len(states)  # + the step counts
 
 
@@ -81,14 +81,14 @@ def test_qlora_model_is_notebook_01bs_recipe(kbit_preparation: bool, checkpointi
     spec = measure.step_spec(TINY, method="qlora", lora_rank=4, checkpointing=checkpointing,
                              kbit_preparation=kbit_preparation)
     with quiet_libraries():
-        model = measure.build_model(spec, torch.device("cpu"))
+        model = training_step.build_model(spec, torch.device("cpu"))
     rest = torch.float32 if kbit_preparation else torch.bfloat16
     named = dict(model.named_parameters())
     assert {p.dtype for n, p in named.items() if "norm" in n or "embed_tokens" in n} == {rest}
     assert {p.dtype for n, p in named.items() if "lora_" in n} == {torch.float32}
     assert all(p.requires_grad == ("lora_" in n) for n, p in named.items())
     assert sum(isinstance(m, import_bitsandbytes().nn.Linear4bit) for m in model.modules()) == 2 * 7
-    assert any(measure._is_checkpointed_layer(m) for m in model.modules()) is checkpointing
+    assert any(training_step._is_checkpointed_layer(m) for m in model.modules()) is checkpointing
     # the hidden states and the logits take the embedding's dtype: 4-bit layers cast their output back to their input's
     ids = torch.randint(0, 512, (2, 8))
     out = model(input_ids=ids, labels=ids, output_hidden_states=True)
@@ -269,8 +269,8 @@ def test_checkpointed_layers_are_found() -> None:
 
     layer, off = Layer(), Layer()
     layer.gradient_checkpointing = True
-    assert measure._is_checkpointed_layer(layer) and not measure._is_checkpointed_layer(off)
-    assert not measure._is_checkpointed_layer(torch.nn.Linear(2, 2))
+    assert training_step._is_checkpointed_layer(layer) and not training_step._is_checkpointed_layer(off)
+    assert not training_step._is_checkpointed_layer(torch.nn.Linear(2, 2))
 
 
 def test_checkpointed_step_counts_the_kept_layer_inputs() -> None:
@@ -279,7 +279,7 @@ def test_checkpointed_step_counts_the_kept_layer_inputs() -> None:
 
 
 def test_step_precision_on_a_cpu() -> None:
-    from course_utils.measure import _Precision, _step_precision
+    from course_utils.training_step import _Precision, _step_precision
 
     assert _step_precision("full", None, "cpu") == _Precision("float32", None, False)
     assert _step_precision("lora-bf16", None, "cpu") == _Precision("bfloat16", None, False)
@@ -297,10 +297,10 @@ def test_auto_autocast_is_resolved_for_the_device(monkeypatch: pytest.MonkeyPatc
 
 
 def test_adamw8bit_unavailable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(measure, "adamw8bit_available", lambda device="cpu": False)
+    monkeypatch.setattr(training_step, "adamw8bit_available", lambda device="cpu": False)
     param = torch.nn.Parameter(torch.ones(8))
     with pytest.raises(RuntimeError, match="no 8-bit AdamW for the CPU"):
-        measure._make_optimizer({"optimizer": "adamw8bit"}, [param])
+        training_step._make_optimizer({"optimizer": "adamw8bit"}, [param])
     from course_utils import tricks
 
     args, changes = tricks.memory_efficient_training_arguments("/tmp/unused-out", max_steps=1, device="cpu")

@@ -87,6 +87,7 @@ def test_notebooks_match_their_sources() -> None:
 # ------------------------------------------------------------------------------- the instructor and student kit
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_notebooks  # noqa: E402 - after the path line above
+import notebook_layout  # noqa: E402 - after the path line above
 
 #: Words from how the course was written, which students must never read (issue 13's grep, plus a few).
 AUTHORING_WORDS = re.compile(r"seed's|as the seed|the seed (asks|loads|says|printed|promises|shows|uses)|"
@@ -109,19 +110,19 @@ def test_every_cell_has_a_slide_type(path: Path) -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_core_path_fits_the_study_time(path: Path) -> None:
-    core, _ = build_notebooks.study_minutes(_cells(path))
-    assert core <= build_notebooks.CORE_LIMIT_MINUTES, (
+    core, _ = notebook_layout.study_minutes(_cells(path))
+    assert core <= notebook_layout.CORE_LIMIT_MINUTES, (
         f"{path.name}: the core path takes about {core} minutes of study; move material after "
-        f"'{build_notebooks.DEEP_DIVE}' or tighten it")
+        f"'{notebook_layout.DEEP_DIVE}' or tighten it")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_core_path_is_short_reading(path: Path) -> None:
     """A learner finishes: at most 1,500 Markdown words (04: 1,900) and 700 printed words before "Going deeper"."""
-    core, _ = build_notebooks.reading(_cells(path))
-    limit = build_notebooks.CORE_WORD_LIMITS.get(path.stem, build_notebooks.CORE_WORD_LIMIT)
+    core, _ = notebook_layout.reading(_cells(path))
+    limit = notebook_layout.CORE_WORD_LIMITS.get(path.stem, notebook_layout.CORE_WORD_LIMIT)
     assert core.words <= limit, f"{path.name}: {core.words} words of Markdown in the core path (at most {limit})"
-    printed = build_notebooks.PRINTED_WORD_LIMITS.get(path.stem, build_notebooks.PRINTED_WORD_LIMIT)
+    printed = notebook_layout.PRINTED_WORD_LIMITS.get(path.stem, notebook_layout.PRINTED_WORD_LIMIT)
     assert core.printed <= printed, (
         f"{path.name}: its core path prints {core.printed} words (at most {printed}): print a table, not sentences")
 
@@ -130,10 +131,10 @@ def test_the_core_path_is_short_reading(path: Path) -> None:
 def test_each_notebook_has_two_auto_checked_exercises(path: Path) -> None:
     core = []
     for cell in _cells(path):
-        if cell["cell_type"] == "markdown" and cell["source"].startswith(build_notebooks.DEEP_DIVE):
+        if cell["cell_type"] == "markdown" and cell["source"].startswith(notebook_layout.DEEP_DIVE):
             break
         core.append(cell)
-    exercises = [c for c in core if c["cell_type"] == "code" and build_notebooks.EXERCISE.search(c["source"])]
+    exercises = [c for c in core if c["cell_type"] == "code" and notebook_layout.EXERCISE.search(c["source"])]
     assert len(exercises) >= 2, f"{path.name}: {len(exercises)} auto-checked exercise(s) in the core path"
 
 

@@ -152,7 +152,7 @@ def test_training_arguments_for_this_machine(tmp_path) -> None:
     args, changes = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2, device="cpu")
     assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 8
     # bitsandbytes before 0.49 has no CPU 8-bit AdamW: the helper then falls back to torch's AdamW (and says so)
-    from course_utils.measure import adamw8bit_available
+    from course_utils.training_step import adamw8bit_available
 
     expected_optim = "adamw_8bit" if adamw8bit_available("cpu") else "adamw_torch"
     assert tricks.checkpointing_enabled(args) and args.optim.value == expected_optim and args.torch_compile is False
@@ -244,19 +244,19 @@ def test_cuda_peaks_count_above_what_was_allocated_before() -> None:
 
     import torch
 
-    from course_utils import measure
+    from course_utils import training_step
     from course_utils.peak import WorkPeak
 
     step = SimpleNamespace(dev=torch.device("cuda", 0), model=torch.nn.Linear(2, 2), counts={}, trained=[],
                            optimizer=torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1),
-                           precision=measure._Precision("float32", None, False))
+                           precision=training_step._Precision("float32", None, False))
     peak = WorkPeak(bytes=3_000, start_bytes=2_500, what="CUDA: peak", device="cuda:0", seconds=0.01)
     spec = {"method": "full", "batch": 1, "seq": 8, "lora_rank": 8, "targets": ("q_proj",), "optimizer": "adamw",
             "steps": 1, "accumulation": 1}
-    out = measure._result(spec, step, peak, baseline=2_000, first=0.1)
+    out = training_step._result(spec, step, peak, baseline=2_000, first=0.1)
     assert out["peak_bytes"] == 1_000 and out["start_bytes"] == 500 and out["baseline_bytes"] == 0
     assert "above the 2,000 bytes" in out["what"]
-    cpu = measure._result(spec, SimpleNamespace(**{**vars(step), "dev": torch.device("cpu")}), peak,
+    cpu = training_step._result(spec, SimpleNamespace(**{**vars(step), "dev": torch.device("cpu")}), peak,
                           baseline=2_000, first=0.1)
     assert cpu["peak_bytes"] == 3_000 and cpu["baseline_bytes"] == 2_000  # a CPU child's baseline is its own
 
