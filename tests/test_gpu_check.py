@@ -40,6 +40,19 @@ def _load():
 
 
 gc = _load()
+# the check's other files, imported by gpu_check.py from beside it
+gc_core, gc_plan, gc_procs = (sys.modules[n] for n in ("gpu_check_core", "gpu_check_plan", "gpu_check_procs"))
+gc_lessons, gc_memory, gc_models, gc_report = (
+    sys.modules[n] for n in ("gpu_check_lessons", "gpu_check_memory", "gpu_check_models", "gpu_check_report"))
+CHECK_MODULES = (gc, gc_core, gc_plan, gc_procs, gc_lessons, gc_memory, gc_models, gc_report)
+
+
+def patch_check(monkeypatch: pytest.MonkeyPatch, name: str, value: object) -> None:
+    """Replace ``name`` in every file of the check that has it (each file looks its names up in its own module)."""
+    found = [module for module in CHECK_MODULES if hasattr(module, name)]
+    assert found, f"no file of the check has {name!r}"
+    for module in found:
+        monkeypatch.setattr(module, name, value)
 
 
 class Sheet:
@@ -98,42 +111,43 @@ def test_gpus_hidden(value, hidden):
 # Arithmetic
 # --------------------------------------------------------------------------------------------
 def test_tflops():
-    assert gc.tflops(4096, 1e-3) == pytest.approx(2 * 4096**3 / 1e-3 / 1e12)
-    assert gc.tflops(4096, 1e-3) == pytest.approx(137.44, abs=0.01)
+    assert gc_core.tflops(4096, 1e-3) == pytest.approx(2 * 4096**3 / 1e-3 / 1e12)
+    assert gc_core.tflops(4096, 1e-3) == pytest.approx(137.44, abs=0.01)
     with pytest.raises(ValueError, match="seconds"):
-        gc.tflops(4096, 0)
+        gc_core.tflops(4096, 0)
 
 
 def test_peak_tflops_picks_the_datasheet_column():
     sheet = Sheet(fp32=8.1, tensor16=65.0)
-    assert gc.peak_tflops("float32", sheet, bf16_native=False) == 8.1
-    assert gc.peak_tflops("float16", sheet, bf16_native=False) == 65.0
-    assert gc.peak_tflops("bfloat16", sheet, bf16_native=False) is None  # emulated: no peak to compare with
-    assert gc.peak_tflops("bfloat16", sheet, bf16_native=True) == 65.0
-    assert gc.peak_tflops("float16", None, bf16_native=True) is None  # GPU not in the table
+    assert gc_core.peak_tflops("float32", sheet, bf16_native=False) == 8.1
+    assert gc_core.peak_tflops("float16", sheet, bf16_native=False) == 65.0
+    assert gc_core.peak_tflops("bfloat16", sheet, bf16_native=False) is None  # emulated: no peak to compare with
+    assert gc_core.peak_tflops("bfloat16", sheet, bf16_native=True) == 65.0
+    assert gc_core.peak_tflops("float16", None, bf16_native=True) is None  # GPU not in the table
 
 
 def test_percent_of_peak():
-    assert gc.percent_of_peak(32.5, 65.0) == pytest.approx(50.0)
-    assert gc.percent_of_peak(70.0, 67.0) == pytest.approx(104.48, abs=0.01)  # above 100 % is reported as is
-    assert gc.percent_of_peak(10.0, None) is None
-    assert gc.percent_of_peak(10.0, 0.0) is None
+    assert gc_core.percent_of_peak(32.5, 65.0) == pytest.approx(50.0)
+    assert gc_core.percent_of_peak(70.0, 67.0) == pytest.approx(104.48, abs=0.01)  # above 100 % is reported as is
+    assert gc_core.percent_of_peak(10.0, None) is None
+    assert gc_core.percent_of_peak(10.0, 0.0) is None
 
 
 def test_percent_of_peak_with_the_course_datasheet():
     from course_utils import hardware
 
     sheet = hardware.datasheet_for("Tesla T4")
-    achieved = gc.tflops(4096, 2 * 4096**3 / 32.5e12)  # a multiply that ran at 32.5 TFLOP/s
-    assert gc.percent_of_peak(achieved, gc.peak_tflops("float16", sheet, False)) == pytest.approx(100 * 32.5 / 65)
+    achieved = gc_core.tflops(4096, 2 * 4096**3 / 32.5e12)  # a multiply that ran at 32.5 TFLOP/s
+    peak = gc_core.peak_tflops("float16", sheet, False)
+    assert gc_core.percent_of_peak(achieved, peak) == pytest.approx(100 * 32.5 / 65)
 
 
 def test_error_pct():
-    assert gc.error_pct(1.1e9, 1.0e9) == pytest.approx(10.0)
-    assert gc.error_pct(0.9e9, 1.0e9) == pytest.approx(-10.0)
-    assert gc.error_pct(2.0, 2.0) == 0.0
+    assert gc_core.error_pct(1.1e9, 1.0e9) == pytest.approx(10.0)
+    assert gc_core.error_pct(0.9e9, 1.0e9) == pytest.approx(-10.0)
+    assert gc_core.error_pct(2.0, 2.0) == 0.0
     with pytest.raises(ValueError, match="measured"):
-        gc.error_pct(1.0, 0.0)
+        gc_core.error_pct(1.0, 0.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +218,7 @@ def test_runner_failed_check_fails_the_section():
 
 def test_runner_skip_and_partial_skip():
     def skipper(ctx, out):
-        raise gc.Skip("torch.distributed is not available")
+        raise gc_core.Skip("torch.distributed is not available")
 
     rec = gc.run_section(_section(skipper), _ctx())
     assert rec["status"] == "skipped" and rec["reason"] == "torch.distributed is not available"
@@ -218,7 +232,7 @@ def test_runner_skip_and_partial_skip():
     assert rec["reason"] == "partly skipped: bfloat16 loop not run: emulated here"
     assert rec["partial"] == [{"what": "bfloat16 loop not run: emulated here", "kind": "n/a", "library": None}]
     assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == 0  # a path this GPU lacks
-    out = gc.Outcome()
+    out = gc_core.Outcome()
     with pytest.raises(ValueError, match="kind"):
         out.skip_part("x", "sometimes")
     with pytest.raises(ValueError, match="library"):
@@ -233,7 +247,7 @@ def test_budget_skip_does_not_start_the_section():
     assert rec["status"] == "skipped"
     assert "time budget nearly spent" in rec["reason"] and "20 s" in rec["reason"]
     assert gc.exit_status([rec]) == 0  # skipped for a stated reason
-    assert gc.exit_status([rec], strict=True) == gc.EXIT_STRICT  # but --strict fails on it
+    assert gc.exit_status([rec], strict=True) == gc_core.EXIT_STRICT  # but --strict fails on it
 
 
 def test_section_deadline_is_the_smaller_of_cap_and_budget():
@@ -343,8 +357,8 @@ def _rec(key: str, status: str = "passed", reason: str | None = None, partial=()
 def test_strict_fails_on_an_estimate_error_over_10_percent(error, fails):
     records = [_rec("step_memory", errors=[("lora batch 1", 2.0), ("full batch 8", error)])]
     assert gc.exit_status(records) == 0  # without --strict: today's behaviour
-    assert gc.exit_status(records, strict=True) == (gc.EXIT_STRICT if fails else 0)
-    problems = gc.strict_problems(records)
+    assert gc.exit_status(records, strict=True) == (gc_core.EXIT_STRICT if fails else 0)
+    problems = gc_core.strict_problems(records)
     assert bool(problems) is fails
     if fails:
         assert "full batch 8" in problems[0] and f"{error:+.1f} %" in problems[0] and "over 10 %" in problems[0]
@@ -356,13 +370,13 @@ def test_missing_library_is_not_checked_and_does_not_fail_strict():
                _rec("step_memory", partial=[{"what": "8-bit AdamW not measured", "kind": "library",
                                              "library": "bitsandbytes"}])]
     assert gc.exit_status(records, strict=True) == 0
-    assert gc.strict_problems(records) == []
-    assert gc.not_checked(records) == ["qlora: not checked: no bitsandbytes (bitsandbytes is not installed)",
+    assert gc_core.strict_problems(records) == []
+    assert gc_core.not_checked(records) == ["qlora: not checked: no bitsandbytes (bitsandbytes is not installed)",
                                        "step_memory: 8-bit AdamW not measured (not checked: no bitsandbytes)"]
     summary = gc.summarize({"sections": records, "strict": True, "elapsed_s": 10.0, "budget_s": 300.0})
     assert summary["word"] == "INCOMPLETE"  # never PASSED while something was not checked
     assert "qlora" not in summary["passed"] and summary["not_checked_sections"] == ["qlora"]
-    md = gc.render_markdown({"sections": records, "strict": True, "elapsed_s": 10.0, "budget_s": 300.0,
+    md = gc_report.render_markdown({"sections": records, "strict": True, "elapsed_s": 10.0, "budget_s": 300.0,
                              "exit_status": 0})
     assert "Not checked (a missing optional library" in md and "- qlora: not checked: no bitsandbytes" in md
     assert "## 1. Qlora: not checked" in md and "Result: **INCOMPLETE**" in md
@@ -376,8 +390,8 @@ def test_missing_library_is_not_checked_and_does_not_fail_strict():
 def test_another_skip_fails_strict(record):
     records = [_rec("matmul"), record]
     assert gc.exit_status(records) == 0
-    assert gc.exit_status(records, strict=True) == gc.EXIT_STRICT
-    assert len(gc.strict_problems(records)) == 1
+    assert gc.exit_status(records, strict=True) == gc_core.EXIT_STRICT
+    assert len(gc_core.strict_problems(records)) == 1
     summary = gc.summarize({"sections": records, "strict": True, "exit_status": 3})
     assert summary["word"] == "FAILED (--strict)" and "exit status 3" in summary["line"]
     assert gc.summarize({"sections": records, "strict": False, "exit_status": 0})["word"] == "INCOMPLETE"
@@ -394,7 +408,7 @@ def test_summary_line_passed_only_when_everything_passed():
     line = gc.summarize({"sections": records})["line"]
     assert line.startswith("gpu_check: FAILED: 2 passed, 1 failed") and "failed: qlora" in line
     with pytest.raises(ValueError, match="limit_pct"):
-        gc.strict_problems(records, limit_pct=0)
+        gc_core.strict_problems(records, limit_pct=0)
 
 
 def _fake_main_sections():
@@ -409,15 +423,15 @@ def _fake_main_sections():
 def test_main_exit_codes_strict_and_summary_on_a_simulated_gpu(monkeypatch, tmp_path, capsys):
     simulate(monkeypatch, "H100")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(gc, "setup_environment", lambda: None)
-    monkeypatch.setattr(gc, "SECTIONS", _fake_main_sections())
-    monkeypatch.setattr(gc, "requirement_problem", lambda name: f"{name} is not installed")
+    patch_check(monkeypatch, "setup_environment", lambda: None)
+    patch_check(monkeypatch, "SECTIONS", _fake_main_sections())
+    patch_check(monkeypatch, "requirement_problem", lambda name: f"{name} is not installed")
     ended = []
-    monkeypatch.setattr(gc, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [])
+    patch_check(monkeypatch, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [])
     assert gc.main(["--out", str(tmp_path / "plain")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("gpu_check: INCOMPLETE: 1 passed, 0 failed, 0 skipped, 1 not checked of 2 sections")
-    assert gc.main(["--strict", "--out", str(tmp_path / "strict")]) == gc.EXIT_STRICT
+    assert gc.main(["--strict", "--out", str(tmp_path / "strict")]) == gc_core.EXIT_STRICT
     printed = capsys.readouterr().out
     assert printed.strip().splitlines()[-1].startswith("gpu_check: FAILED (--strict)")
     assert "Fails --strict" in printed and "estimate error +14.0 % for full batch 8" in printed
@@ -459,8 +473,8 @@ def test_dry_run_plans_the_fp16_cases_on_every_gpu(monkeypatch, key, native):
 def test_dry_run_prints_the_plan_and_runs_nothing(monkeypatch, capsys, tmp_path, key):
     simulate(monkeypatch, key)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(gc, "requirement_problem", lambda name: None)
-    monkeypatch.setattr(gc, "run_all", lambda *a: pytest.fail("a dry run must not run the sections"))
+    patch_check(monkeypatch, "requirement_problem", lambda name: None)
+    patch_check(monkeypatch, "run_all", lambda *a: pytest.fail("a dry run must not run the sections"))
     assert gc.main(["--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     name = {"T4": "Tesla T4", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200"}[key]
@@ -488,32 +502,32 @@ def test_h200_profile_and_datasheet(monkeypatch):
     assert prof.multi_processor_count == 132 and hardware.bf16_native("cuda")
     sheet = hardware.datasheet_for("NVIDIA H200")
     assert sheet is not None and sheet.memory_gb == 141.0 and sheet.tensor16_tflops == 989.0
-    assert gc.peak_tflops("float16", sheet, True) == 989.0 and gc.peak_tflops("float32", sheet, True) == 67.0
+    assert gc_core.peak_tflops("float16", sheet, True) == 989.0 and gc_core.peak_tflops("float32", sheet, True) == 67.0
 
 
 # --------------------------------------------------------------------------------------------
 # Matmuls: 4096² and 8192², blocked_autorange, median and spread
 # --------------------------------------------------------------------------------------------
 def test_matmul_stats():
-    stats = gc.matmul_stats(4096, [1e-3, 2e-3, 3e-3, 4e-3, 5e-3])
+    stats = gc_core.matmul_stats(4096, [1e-3, 2e-3, 3e-3, 4e-3, 5e-3])
     assert stats["median_ms"] == pytest.approx(3.0) and stats["runs"] == 5
     assert (stats["q1_ms"], stats["q3_ms"], stats["iqr_ms"]) == pytest.approx((2.0, 4.0, 2.0))
     assert (stats["min_ms"], stats["max_ms"]) == pytest.approx((1.0, 5.0))
-    assert stats["tflops"] == pytest.approx(gc.tflops(4096, 3e-3))
-    assert stats["best_tflops"] == pytest.approx(gc.tflops(4096, 1e-3))
-    one = gc.matmul_stats(8192, [2e-3])
+    assert stats["tflops"] == pytest.approx(gc_core.tflops(4096, 3e-3))
+    assert stats["best_tflops"] == pytest.approx(gc_core.tflops(4096, 1e-3))
+    one = gc_core.matmul_stats(8192, [2e-3])
     assert one["iqr_ms"] == 0 and one["median_ms"] == pytest.approx(2.0)
     for bad in ([], [0.0], [float("nan")]):
         with pytest.raises(ValueError, match="times"):
-            gc.matmul_stats(4096, bad)
+            gc_core.matmul_stats(4096, bad)
     with pytest.raises(ValueError, match="size"):
-        gc.matmul_stats(0, [1e-3])
+        gc_core.matmul_stats(0, [1e-3])
 
 
 def test_matmul_stats_agree_with_torch_benchmark():
     a = torch.ones(32, 32)
     m = benchmark.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.02)
-    stats = gc.matmul_stats(32, list(m.times))
+    stats = gc_core.matmul_stats(32, list(m.times))
     assert stats["median_ms"] == pytest.approx(m.median * 1e3) and stats["iqr_ms"] == pytest.approx(m.iqr * 1e3)
 
 
@@ -544,11 +558,11 @@ def _run_matmul(monkeypatch, key):
     FakeTimer.made = []
     sizes = []
     monkeypatch.setattr(benchmark, "Timer", FakeTimer)
-    monkeypatch.setattr(gc, "square_pair", lambda torch_, size, dtype, device: sizes.append((size, dtype))
+    patch_check(monkeypatch, "square_pair", lambda torch_, size, dtype, device: sizes.append((size, dtype))
                         or (torch.ones(2, 2), torch.ones(2, 2)))
     monkeypatch.setattr(precision, "time_matmul", lambda size, dtype, device, **kw: precision.MatmulTiming(
-        size, dtype, "cuda:0", 1.0, gc.tflops(size, 1e-3)))
-    out, ctx = gc.Outcome(), _ctx(300)
+        size, dtype, "cuda:0", 1.0, gc_core.tflops(size, 1e-3)))
+    out, ctx = gc_core.Outcome(), _ctx(300)
     ctx.torch = torch
     ctx.deadline = time.monotonic() + 30
     gc.section_matmul(ctx, out)
@@ -559,12 +573,12 @@ def test_matmul_times_both_sizes_with_blocked_autorange(monkeypatch):
     out, sizes = _run_matmul(monkeypatch, "H200")
     assert sizes == [(n, d) for n in (4096, 8192) for d in ("float32", "float16", "bfloat16")]
     assert all(t.stmt == "a @ b" and t.timeit_calls == [3] for t in FakeTimer.made)  # warmed up, then timed
-    assert all(t.autorange_calls == [gc.MATMUL_MIN_RUN_S] for t in FakeTimer.made) and len(FakeTimer.made) == 6
+    assert all(t.autorange_calls == [gc_core.MATMUL_MIN_RUN_S] for t in FakeTimer.made) and len(FakeTimer.made) == 6
     timings = {(t["size"], t["dtype"]): t for t in out.data["timings"]}
     f16 = timings[(8192, "float16")]
     assert f16["median_ms"] == pytest.approx(2.0 * 1.05) and f16["runs"] == 4 and f16["number_per_run"] == 7
     assert f16["iqr_ms"] > 0 and f16["min_ms"] == pytest.approx(1.8) and f16["max_ms"] == pytest.approx(2.4)
-    assert f16["tflops"] == pytest.approx(gc.tflops(8192, 2.1e-3))
+    assert f16["tflops"] == pytest.approx(gc_core.tflops(8192, 2.1e-3))
     assert f16["percent_of_peak"] == pytest.approx(100 * f16["tflops"] / 989.0)  # the H200 datasheet
     table = out.tables[0]
     assert {"median ms", "IQR ms", "min-max ms", "TFLOP/s", "% of peak"} <= set(table["columns"])
@@ -620,10 +634,10 @@ def _run_step_memory(monkeypatch, key="H100", trick_rows=None):
 
     monkeypatch.setattr(measure, "measure_training_step", fake_step)
     monkeypatch.setattr(tricks, "measure_tricks", fake_tricks)
-    monkeypatch.setattr(gc, "free_memory", lambda torch_: None)
-    monkeypatch.setattr(gc, "requirement_problem", lambda name: None)
+    patch_check(monkeypatch, "free_memory", lambda torch_: None)
+    patch_check(monkeypatch, "requirement_problem", lambda name: None)
     errors = {("full", 8): 2.3e9}  # 15 % over: --strict must fail on it
-    monkeypatch.setattr(gc, "cuda_estimate", lambda sm, kw, base: SimpleNamespace(
+    patch_check(monkeypatch, "cuda_estimate", lambda sm, kw, base: SimpleNamespace(
         peak_bytes=int(errors.get((kw["method"], kw["batch"]), 2.05e9)), peak_moment="backward"))
     ctx = _ctx(300)
     ctx.torch = torch
@@ -641,7 +655,7 @@ def test_step_memory_measures_3_steps_per_case_and_trick_with_fp16(monkeypatch):
     in_process = [t for t in trick_calls if "compile" not in t[1]]
     compiled = [t for t in trick_calls if t[1] == ["compile"]]
     assert in_process[0][1] == ["baseline", "checkpointing", "adamw8bit"] and in_process[0][0]["steps"] == 3
-    assert compiled and compiled[0][0]["steps"] == 3 and compiled[0][2]["compile_timeout_s"] >= gc.COMPILE_MIN_S
+    assert compiled and compiled[0][0]["steps"] == 3 and compiled[0][2]["compile_timeout_s"] >= gc_memory.COMPILE_MIN_S
     data = rec["data"]
     assert [t["key"] for t in data["tricks"]] == ["baseline", "checkpointing", "adamw8bit", "compile"]
     first = data["tricks"][0]
@@ -650,9 +664,9 @@ def test_step_memory_measures_3_steps_per_case_and_trick_with_fp16(monkeypatch):
     assert first["measurement"]["steps"] == 3 and first["measurement"]["what"] == "CUDA allocator peak"
     assert data["estimate_vs_measured"][0]["measurement"]["steps"] == 3
     assert len(data["estimate_errors"]) == 8 + 3  # compile is not modelled by the estimate
-    problems = gc.strict_problems([rec])
+    problems = gc_core.strict_problems([rec])
     assert len(problems) == 1 and "full batch 8" in problems[0] and "+15.0 %" in problems[0]
-    assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == gc.EXIT_STRICT
+    assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == gc_core.EXIT_STRICT
 
 
 def test_step_memory_skipped_trick_rows_do_not_raise(monkeypatch):
@@ -664,19 +678,20 @@ def test_step_memory_skipped_trick_rows_do_not_raise(monkeypatch):
 
 
 def test_skipped_for_time():
-    assert gc.skipped_for_time("skipped: did not finish within its 240 s budget on this machine")
-    assert not gc.skipped_for_time("skipped: the step failed (RuntimeError: the compiler timed out)")
-    assert not gc.skipped_for_time("skipped: the step failed (CUDA out of memory)")
+    assert gc_memory.skipped_for_time("skipped: did not finish within its 240 s budget on this machine")
+    assert not gc_memory.skipped_for_time("skipped: the step failed (RuntimeError: the compiler timed out)")
+    assert not gc_memory.skipped_for_time("skipped: the step failed (CUDA out of memory)")
     with pytest.raises(TypeError, match="reason"):
-        gc.skipped_for_time(None)
+        gc_memory.skipped_for_time(None)
 
 
 def test_check_measurement_wants_the_planned_steps_and_loss_scaling():
-    out = gc.Outcome()
-    gc.check_measurement(out, "full batch 4", _measurement(steps=1, autocast="float16"), {"steps": 3, "fp16": True})
+    out = gc_core.Outcome()
+    measured = _measurement(steps=1, autocast="float16")
+    gc_memory.check_measurement(out, "full batch 4", measured, {"steps": 3, "fp16": True})
     assert [c["ok"] for c in out.checks] == [True, False, True]
-    out = gc.Outcome()
-    gc.check_measurement(out, "fp16", _measurement(steps=3), {"steps": 3, "fp16": True})
+    out = gc_core.Outcome()
+    gc_memory.check_measurement(out, "fp16", _measurement(steps=3), {"steps": 3, "fp16": True})
     assert [c["ok"] for c in out.checks] == [True, True, False]  # no fp16 autocast: the T4 branch did not run
 
 
@@ -685,12 +700,12 @@ def test_trick_record_uses_the_dataclass_fields():
 
     row = tricks.TrickResult("compile", "torch.compile", "claim", peak_bytes=10**9, estimate_bytes=2 * 10**9,
                              measurement=_measurement(steps=3))
-    rec = gc.trick_record(row, "faster", "child process")
+    rec = gc_memory.trick_record(row, "faster", "child process")
     assert rec["error_pct"] is None and rec["estimate_gb"] is None  # not modelled
     assert rec["measurement"]["steps"] == 3 and rec["verdict"] == "faster" and rec["mode"] == "child process"
     assert set(f.name for f in __import__("dataclasses").fields(row)) - {"measurement"} <= set(rec)
     with pytest.raises(TypeError, match="row"):
-        gc.trick_record({"key": "x"}, "", "")
+        gc_memory.trick_record({"key": "x"}, "", "")
 
 
 def test_no_accepts_probes_left():
@@ -722,15 +737,15 @@ def test_qlora_forced_float16_compute(monkeypatch):
     ctx = _ctx()
     ctx.torch = torch
     choice = SimpleNamespace(name="/cache/standin")
-    gc.load_4bit(ctx, models, choice, "float16", default=False)
+    gc_models.load_4bit(ctx, models, choice, "float16", default=False)
     assert calls == [("/cache/standin", {"dtype": torch.float16, "device_map": {"": 0},
                                          "quantization_config": ("nf4", 4, torch.float16)})]
-    assert gc.load_4bit(ctx, models, choice, "bfloat16", default=True) == ("course", 4, "cuda")
-    assert gc.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config=SimpleNamespace(
+    assert gc_models.load_4bit(ctx, models, choice, "bfloat16", default=True) == ("course", 4, "cuda")
+    assert gc_models.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config=SimpleNamespace(
         bnb_4bit_compute_dtype=torch.float16)))) == "float16"
-    assert gc.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config={
+    assert gc_models.quant_compute_dtype(SimpleNamespace(config=SimpleNamespace(quantization_config={
         "bnb_4bit_compute_dtype": "bfloat16"}))) == "bfloat16"
-    assert gc.quant_compute_dtype(SimpleNamespace()) == "?"
+    assert gc_models.quant_compute_dtype(SimpleNamespace()) == "?"
 
 
 def test_trainer_forced_fp16_arguments(monkeypatch, tmp_path):
@@ -743,13 +758,14 @@ def test_trainer_forced_fp16_arguments(monkeypatch, tmp_path):
 
     fake_tricks = SimpleNamespace(training_arguments_plan=plan,
                                   memory_efficient_training_arguments=lambda folder, max_steps, device: ("lesson", []))
-    forced = gc.trainer_cases(True)[1]
-    args, changes = gc.trainer_arguments(fake_tricks, str(tmp_path), "cuda", forced, True)
+    forced = gc_plan.trainer_cases(True)[1]
+    args, changes = gc_models.trainer_arguments(fake_tricks, str(tmp_path), "cuda", forced, True)
     assert planned == [(2, "cuda", True)]
     assert args.fp16 is True and args.bf16 is False and args.optim == "adamw_8bit" and args.report_to == "none"
     assert changes[0] == "warm-up" and "forced by gpu_check" in changes[1]
-    assert gc.trainer_arguments(fake_tricks, str(tmp_path), "cuda", gc.trainer_cases(True)[0], True)[0] == "lesson"
-    assert gc.FP16_TRAINING_KWARGS == {"bf16": False, "fp16": True}
+    case = gc_plan.trainer_cases(True)[0]
+    assert gc_models.trainer_arguments(fake_tricks, str(tmp_path), "cuda", case, True)[0] == "lesson"
+    assert gc_core.FP16_TRAINING_KWARGS == {"bf16": False, "fp16": True}
 
 
 # --------------------------------------------------------------------------------------------
@@ -757,9 +773,9 @@ def test_trainer_forced_fp16_arguments(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------------------------
 def test_descendants_walks_the_tree():
     table = {10: (1, 10, "S"), 11: (10, 11, "S"), 12: (11, 11, "S"), 13: (10, 10, "Z"), 20: (1, 20, "S")}
-    assert gc.descendants(10, table) == [11, 13, 12]
-    assert gc.descendants(20, table) == [] and gc.descendants(99, table) == []
-    real = gc.process_table()
+    assert gc_procs.descendants(10, table) == [11, 13, 12]
+    assert gc_procs.descendants(20, table) == [] and gc_procs.descendants(99, table) == []
+    real = gc_procs.process_table()
     assert real[os.getpid()][0] == os.getppid() and real[os.getpid()][1] == os.getpgrp()
 
 
@@ -769,6 +785,7 @@ spec = importlib.util.spec_from_file_location("gpu_check", sys.argv[1])
 gc = importlib.util.module_from_spec(spec)
 sys.modules["gpu_check"] = gc
 spec.loader.exec_module(gc)
+import gpu_check_procs as gc_procs
 from multiprocessing import resource_tracker
 resource_tracker.ensure_running()  # spared: it ends by itself with this process
 tracker = resource_tracker._resource_tracker._pid
@@ -781,7 +798,7 @@ while not (os.path.exists(mark) and open(mark).read().strip()) and time.monotoni
     time.sleep(0.05)
 orphan = int(open(mark).read())  # left its parent: no longer below this process, still in the group
 time.sleep(0.2)
-tree = gc.descendants(os.getpid(), gc.process_table())
+tree = gc_procs.descendants(os.getpid(), gc_procs.process_table())
 start = time.monotonic()
 ended = gc.end_children(grace_s=2.0)
 seconds = time.monotonic() - start
@@ -789,8 +806,8 @@ codes = [own.wait(5), same.wait(5), orphaner.wait(5)]
 time.sleep(0.2)
 print(json.dumps({"own": own.pid, "tree": [p for p in tree if p != tracker], "ended": ended, "codes": codes,
                   "orphan": orphan, "tracker": tracker, "tracker_in_tree": tracker in tree,
-                  "tracker_alive": gc.is_alive(tracker),
-                  "alive": [p for p in tree + [orphan] if gc.is_alive(p) and p != tracker], "seconds": seconds}))
+                  "tracker_alive": gc_procs.is_alive(tracker),
+                  "alive": [p for p in tree + [orphan] if gc_procs.is_alive(p) and p != tracker], "seconds": seconds}))
 '''
 
 
@@ -813,20 +830,20 @@ def test_end_children_arguments():
     sleeper = subprocess.Popen(["sleep", "5"])
     try:
         assert gc.end_children(grace_s=0, root=sleeper.pid) == []  # a process with no children
-        assert gc.is_alive(sleeper.pid)
+        assert gc_procs.is_alive(sleeper.pid)
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert not gc.is_alive(sleeper.pid)
+    assert not gc_procs.is_alive(sleeper.pid)
     with pytest.raises(ValueError, match="grace_s"):
         gc.end_children(grace_s=-1)
 
 
 def test_background_gives_the_result_or_the_error():
-    assert gc.Background(lambda: 42).start().join(5) == 42
+    assert gc_memory.Background(lambda: 42).start().join(5) == 42
     with pytest.raises(KeyError):
-        gc.Background(lambda: {}["x"]).start().join(5)
-    slow = gc.Background(lambda: time.sleep(0.5)).start()
+        gc_memory.Background(lambda: {}["x"]).start().join(5)
+    slow = gc_memory.Background(lambda: time.sleep(0.5)).start()
     with pytest.raises(TimeoutError):
         slow.join(0.01)
     assert slow.join(5) is None
@@ -860,7 +877,7 @@ def _fake_results():
 
 
 def test_render_markdown():
-    md = gc.render_markdown(_fake_results())
+    md = gc_report.render_markdown(_fake_results())
     assert md.startswith("# GPU check")
     assert "Tesla T4" in md and "compute capability 7.5" in md
     assert "Result: **FAILED** (1 passed, 1 failed, 0 skipped, 1 not checked)" in md and "exit status 1" in md
@@ -883,12 +900,12 @@ def test_render_markdown_passed_and_watchdog():
     results = _fake_results()
     results["sections"] = results["sections"][:1]
     results["exit_status"] = 0
-    assert "Result: **PASSED**" in gc.render_markdown(results)
+    assert "Result: **PASSED**" in gc_report.render_markdown(results)
     results["sections"][0]["partial"] = ["an old-style partial skip"]  # a bare string: kind 'other'
-    assert "Result: **INCOMPLETE**" in gc.render_markdown(results)
+    assert "Result: **INCOMPLETE**" in gc_report.render_markdown(results)
     results["stopped_by_watchdog"] = True
     results["ended_children"] = [4242]
-    md = gc.render_markdown(results)
+    md = gc_report.render_markdown(results)
     assert "stopped by the watchdog" in md and "Child processes ended with the run: 4242." in md
 
 
@@ -925,7 +942,7 @@ def test_watchdog_ends_the_children_writes_what_it_has_and_exits_1(tmp_path, mon
         raise SystemExit(code)
 
     monkeypatch.setattr(gc.os, "_exit", fake_exit)
-    monkeypatch.setattr(gc, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [4242])
+    patch_check(monkeypatch, "end_children", lambda grace_s=3.0, root=None: ended.append(grace_s) or [4242])
     with pytest.raises(SystemExit) as info:
         dog.fire()
     assert info.value.code == 1 and ended == [1.0]
@@ -951,18 +968,18 @@ def test_describe_error_shortens_long_messages():
 def test_as_plain():
     from course_utils import hardware
 
-    assert gc.as_plain(None) is None
-    assert gc.as_plain(hardware.datasheet_for("Tesla T4"))["tensor16_tflops"] == 65.0
-    assert gc.as_plain(Sheet(1.0, 2.0)).startswith("<")  # neither NamedTuple nor dataclass: its text
+    assert gc_core.as_plain(None) is None
+    assert gc_core.as_plain(hardware.datasheet_for("Tesla T4"))["tensor16_tflops"] == 65.0
+    assert gc_core.as_plain(Sheet(1.0, 2.0)).startswith("<")  # neither NamedTuple nor dataclass: its text
 
 
 def test_a_section_may_use_the_time_earlier_ones_left(monkeypatch):
-    assert gc.section_seconds(30, 200, None) == 30  # alone: its cap
-    assert gc.section_seconds(30, 200, 100) == 100  # the later sections keep their 100 s
-    assert gc.section_seconds(30, 120, 100) == 30  # never less than its cap...
-    assert gc.section_seconds(30, 20, 100) == 20  # ...nor more than what is left
+    assert gc_core.section_seconds(30, 200, None) == 30  # alone: its cap
+    assert gc_core.section_seconds(30, 200, 100) == 100  # the later sections keep their 100 s
+    assert gc_core.section_seconds(30, 120, 100) == 30  # never less than its cap...
+    assert gc_core.section_seconds(30, 20, 100) == 20  # ...nor more than what is left
     # a stopped clock: the figures below must not depend on how loaded the machine running the tests is
-    monkeypatch.setattr(gc, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    patch_check(monkeypatch, "time", SimpleNamespace(monotonic=lambda: 1000.0))
     seen = []
     ctx = gc.Context(torch=None, clock=gc.Clock(300, start=1000.0), out_dir=Path("."))
     ctx.torch = type("NoTorch", (), {"cuda": type("C", (), {"is_available": staticmethod(lambda: False)})})
@@ -975,5 +992,5 @@ def test_the_rule_2_probe_reads_autocasts_dtypes() -> None:
     """On a CPU autocast runs softmax and layer_norm in bfloat16; the GPU check expects float32 there (CUDA's list)."""
     import torch
 
-    kept = gc.autocast_float32_ops(torch, "cpu", torch.bfloat16)
+    kept = gc_lessons.autocast_float32_ops(torch, "cpu", torch.bfloat16)
     assert kept == {"softmax": torch.bfloat16, "layer_norm": torch.bfloat16}

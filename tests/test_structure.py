@@ -10,9 +10,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "course_utils"
 #: Modules that predict memory from arithmetic: they must never import what measures.
-ESTIMATORS = ("architecture", "bottleneck", "checks", "configs", "datasheets", "memory", "step_memory", "units")
+ESTIMATORS = ("activations", "architecture", "bottleneck", "checks", "configs", "datasheets", "memory", "step_memory",
+              "sweeps", "units")
 #: Modules that measure (run steps, read peak counters, time kernels).
-MEASURING = {"course_utils.measure", "course_utils.peak", "course_utils.tricks"}
+MEASURING = {"course_utils.measure", "course_utils.peak", "course_utils.training_step", "course_utils.tricks"}
 
 
 def imported_modules(path: Path) -> set[str]:
