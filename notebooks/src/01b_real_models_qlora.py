@@ -361,8 +361,8 @@ if plan.run:
 # - QLoRA = a frozen 4-bit base (double quantization, `prepare_model_for_kbit_training` and its float32 upcast)
 #   plus a LoRA adapter: r × (d_in + d_out) numbers per targeted matrix, at rank 16 3.50 % of SmolLM2's
 #   parameters and 0.81 % of Qwen3-4B's.
-# - A few dozen steps teach a format; routing takes more. Measure on examples the model never saw, against
-#   baselines, with an interval.
+# - A few dozen steps teach the format; whether they also teach the routing, only held-out examples can tell,
+#   measured against baselines, with an interval.
 #
 # Next, mixed precision: fast 16-bit maths while the master weights stay in float32.
 
