@@ -33,12 +33,13 @@ from typing import Any, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_info, beside this script
 
 from course_utils import sweeps  # noqa: E402 - after the path line above
 from course_utils.hardware import as_device  # noqa: E402 - after the path line above
 from course_utils.measure import measure_training_steps  # noqa: E402 - after the path line above
 from course_utils.memory import METHODS  # noqa: E402 - after the path line above
-from course_utils.tricks import cpu_flags  # noqa: E402 - after the path line above
+from machine_info import cpu_info  # noqa: E402 - after the path line above
 
 KEYS = ("method", "batch", "seq", "checkpointing")
 #: The rest of every measured step, stored with it (measure_training_step's defaults, spelled out).
@@ -57,16 +58,6 @@ def cases(methods: Iterable[str], batches: Iterable[int], seqs: Iterable[int],
             for combo in itertools.product(methods, batches, seqs, checkpointing)]
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (x86 ``model name``), else what ``platform`` says."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        text = ""
-    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
-    return names[0] if names else (platform.processor() or platform.machine())
-
-
 def machine(device: Any) -> dict[str, Any]:
     """Where and with what the sweep runs: CPU, cores, flags, PyTorch's kernel choice, versions, date."""
     import torch
@@ -77,9 +68,10 @@ def machine(device: Any) -> dict[str, Any]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    flags = sorted(f for f in (cpu_flags() or ()) if f.startswith(FLAG_PREFIXES))
+    model, found = cpu_info()  # the one /proc/cpuinfo reader of the scripts
+    flags = sorted(f for f in (found or ()) if f.startswith(FLAG_PREFIXES))
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {"device": str(device), "gpu": gpu, "cpu": cpu_model(), "cores": os.cpu_count(),
+    return {"device": str(device), "gpu": gpu, "cpu": model, "cores": os.cpu_count(),
             "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_flags": flags,
