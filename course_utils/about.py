@@ -12,12 +12,14 @@ from course_utils import checks
 
 #: GitHub "owner/name" of this course. Change it here (and re-run the build script) when the repo moves.
 REPO = "pack-the-bag/single-gpu-tricks"
-#: Branch that Colab badges point to.
-_BRANCH = "main"
-#: This package's version. The Colab setup cell installs the helpers from the git tag ``v{VERSION}``, so a
-#: notebook always gets the helpers it was built with; tag each release (see CONTRIBUTING.md).
+#: Branch that Colab badges point to, and that the setup cell installs the helpers from when the release tag
+#: is not published yet.
+BRANCH = "main"
+#: This package's version. The setup cell (on Colab or Kaggle) installs the helpers from the git tag ``v{VERSION}``,
+#: so a notebook always gets the helpers it was built with (:data:`BRANCH` while the tag is not published); tag
+#: each release and check it with scripts/release_check.py (see CONTRIBUTING.md, "Releasing").
 VERSION = "0.2.0"
-#: Environment variable that overrides where the Colab setup cell installs the helpers from (a fork, a
+#: Environment variable that overrides where the setup cell installs the helpers from (a fork, a
 #: mirror, a branch, a wheel): any requirement pip understands.
 SOURCE_ENV = "COURSE_UTILS_SOURCE"
 
@@ -32,7 +34,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "accelerate": ("1.10.1", "1.15.0"),
     "bitsandbytes": ("0.48.2", "0.50.2"),
 }
-#: What the Colab setup cell installs when missing or older than its floor. Never torch or transformers:
+#: What the setup cell installs on Colab or Kaggle when missing or older than its floor. Never torch or transformers:
 #: the hosted image's own builds stay (replacing torch would break its CUDA setup).
 COLAB_INSTALLS = ("bitsandbytes", "accelerate", "peft")
 #: Of those, what the setup cell installs no newer than SUPPORTED's top (a bitsandbytes release can change its
@@ -77,7 +79,7 @@ NOTEBOOKS: tuple[NotebookInfo, ...] = (
 
 def colab_url(filename: str) -> str:
     """The 'Open in Colab' address of a notebook in this repository."""
-    return f"https://colab.research.google.com/github/{REPO}/blob/{_BRANCH}/notebooks/{filename}"
+    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{filename}"
 
 
 def release_tag() -> str:
@@ -90,9 +92,11 @@ def repo_url() -> str:
     return f"https://github.com/{REPO}"
 
 
-def install_spec() -> str:
-    """The pip requirement that installs this version of the package straight from the repository."""
-    return f"course-utils @ git+{repo_url()}@{release_tag()}"
+def install_spec(ref: str | None = None) -> str:
+    """The pip requirement that installs the package from the repository at ``ref`` (default: this release's tag)."""
+    if ref is not None and (not isinstance(ref, str) or not re.fullmatch(r"[\w][\w./-]*", ref)):
+        raise ValueError(f"ref must be a git tag or branch name such as 'main' or 'v0.2.0', got {ref!r}")
+    return f"course-utils @ git+{repo_url()}@{ref or release_tag()}"
 
 
 def _as_tuple(version: str) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from torch import nn
 
 from course_utils import checks, hardware
 from course_utils.digits import make_mlp
-from course_utils.units import format_bytes
+from course_utils.units import format_bytes, format_seconds
 
 #: The micro-batch sizes the notebook's sweep and widget offer (all divide the batch of 64).
 MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -360,7 +360,7 @@ def micro_batch_summary(rows: Sequence[MicroBatchRow], micro_batch_size: int, bu
         f"same gradient as the batch of {batch}: {row.same_gradient} (largest difference {row.max_difference:.1e})",
         f"activation memory: {format_bytes(row.activation_bytes)} "
         f"({row.activation_bytes / full.activation_bytes:.0%} of micro-batch {full.micro_batch_size}'s)",
-        f"time for the {batch} examples: {row.seconds * 1e3:.1f} ms "
+        f"time for the {batch} examples: {format_seconds(row.seconds)} "
         f"({row.seconds / full.seconds:.1f}x micro-batch {full.micro_batch_size}'s)",
     ]
     if budget_bytes is not None:
@@ -374,9 +374,9 @@ def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
     head = f"{'micro-batch':>11} {'steps':>5} {'same gradient':>13}"
     body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
     if measured:
-        head += f" {'largest diff':>12} {'activations':>11} {'time (ms)':>9}"
-        body = [f"{line} {r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {r.seconds * 1e3:>9.1f}"
-                for line, r in zip(body, rows)]
+        head += f" {'largest diff':>12} {'activations':>11} {'time':>9}"
+        body = [f"{line} {r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} "
+                f"{format_seconds(r.seconds):>9}" for line, r in zip(body, rows)]
     return "\n".join([head, *body])
 
 

@@ -2,7 +2,9 @@
 
 The walk follows each op of the forward pass and records what its backward formula needs, only where a gradient
 must flow (the rules, and where they depart from Korthikanti et al. 2022, are in :mod:`course_utils.step_memory`'s
-module doc): SDPA keeps Q, K, V, its output and a log-sum-exp (no s x s matrix); frozen linears keep no input;
+module doc): fused SDPA keeps Q, K, V, its output and a log-sum-exp (no s x s matrix), the math backend
+(:mod:`course_utils.attention`) float32 copies of the scaled Q and K, of V and the s x s softmax; frozen linears
+keep no input;
 RMSNorm keeps its float32 input; the loss keeps its float32 log-softmax. The dtype of every tensor follows the
 method: float32, a 16-bit base, QLoRA with or without k-bit preparation (float32 or 16-bit residual stream), or
 bfloat16 autocast. :func:`saved_activations` is exact against ``torch.autograd.graph.saved_tensors_hooks`` on
@@ -41,9 +43,10 @@ class _Walk:
     """
 
     def __init__(self, arch: Architecture, batch: int, seq: int, method: str, rank: int, targets: Sequence[str],
-                 autocast: bool, kbit_preparation: bool = True) -> None:
+                 autocast: bool, kbit_preparation: bool = True, math_attention: bool = False) -> None:
         self.arch, self.tokens, self.seq, self.rank, self.targets = arch, batch * seq, seq, rank, targets
-        self.autocast = autocast
+        self.autocast, self.math_attention = autocast, math_attention
+        self.attention_bytes = 0  # bytes per number of Q, K and V where SDPA gets them (set by attention())
         self.full = ALL_METHODS[method].trains_all  # every weight trains
         # bytes per number of the layers' linear weights (0: 4-bit), and of the other weights (embedding, norms,
         # output layer) and so of the hidden states: float32 after QLoRA's k-bit preparation, else the base's dtype
@@ -108,12 +111,29 @@ class _Walk:
         q, k = (_T(t.width, max(t.nbytes, rope_bytes), t.rg) for t in (q, k))
         if self.autocast:  # SDPA runs in bfloat16: float32 inputs are cast (new tensors)
             q, k, v = (t.cast(2) for t in (q, k, v))
+        self.attention_bytes = q.nbytes
         out = _T(a.q_width, q.nbytes, q.rg or k.rg or v.rg)
-        if out.rg:  # fused attention keeps q, k, v, its output and a log-sum-exp per head: no s x s matrix
+        if self.math_attention:
+            self._math_sdpa(q, k, v)
+        elif out.rg:  # fused attention keeps q, k, v, its output and a log-sum-exp per head: no s x s matrix
             for t in (q, k, v, out):
                 self.save(t, "attention (q, k, v, output)")
             self.save(_T(a.heads, 4, False), "attention (q, k, v, output)")
         return self._proj(out, "o_proj", layer)
+
+    def _math_sdpa(self, q: _T, k: _T, v: _T) -> None:
+        """The math backend: ``softmax((q*c) @ (k*c)^T) @ v`` in float32 (16-bit inputs are upcast), K and V
+        expanded to every query head; each matmul keeps one factor where the other needs a gradient."""
+        width, scores_rg = self.arch.q_width, q.rg or k.rg
+        what = "attention (math: float32 q, k, v and s x s softmax)"
+        if k.rg:  # (q*c) @ kT keeps the scaled q for k's gradient ...
+            self.save(_T(width, 4, True), what)
+        if q.rg:  # ... and the scaled, expanded k for q's
+            self.save(_T(width, 4, True), what)
+        if scores_rg or v.rg:  # the softmax keeps its output; softmax @ v keeps it for v's gradient
+            self.save(_T(self.arch.heads * self.seq, 4, True), what)
+        if scores_rg:  # softmax @ v keeps the (float32, expanded) v for the scores' gradient
+            self.save(_T(width, 4, True), what)
 
     def mlp(self, x: _T, layer: int) -> _T:
         g, u = self._proj(x, "gate_proj", layer), self._proj(x, "up_proj", layer)
@@ -141,18 +161,23 @@ class Activations:
     by_kind: dict[str, int]
     per_layer: int  # the last layer's saved bytes (what checkpointing recomputes at a time)
     hidden_bytes: int  # bytes per number of the hidden states (and of the embedding, norms and output layer)
+    attention_bytes: int = 0  # bytes per number of Q, K and V where SDPA gets them (4: float32, 2: 16-bit)
+    scores_bytes: int = 0  # one layer's s x s float32 scores (math attention), else 0
 
 
 def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str = "lora", lora_rank: int = 8,
                       targets: Sequence[str] = ("q_proj", "v_proj"), autocast: bool = False,
-                      checkpointing: bool = False, kbit_preparation: bool = True) -> Activations:
+                      checkpointing: bool = False, kbit_preparation: bool = True,
+                      math_attention: bool = False) -> Activations:
     """Bytes autograd keeps for backward after the forward pass of one micro-batch (exact for Llama-family).
 
     Counted like ``saved_tensors_hooks`` sees them (each storage once, parameters excluded); with
     checkpointing, each checkpointed layer keeps its input instead of its insides. ``kbit_preparation``: see
-    :func:`estimate_step` (``qlora`` only).
+    :func:`estimate_step` (``qlora`` only). ``math_attention``: SDPA's math backend runs (it keeps the s x s scores,
+    see :mod:`course_utils.attention`), not a fused one.
     """
-    walk = _Walk(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast), bool(kbit_preparation))
+    walk = _Walk(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast), bool(kbit_preparation),
+                 bool(math_attention))
     if walk.full:
         walk.save_const("input_ids", walk.tokens * 8, "token ids and labels")
     # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
@@ -176,4 +201,6 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
     by_kind: dict[str, int] = {}
     for what, nbytes in walk.saved.values():
         by_kind[what] = by_kind.get(what, 0) + nbytes
-    return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer, hidden_bytes=walk.rest_bytes)
+    scores = batch * arch.heads * seq * seq * 4 if math_attention else 0
+    return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer, hidden_bytes=walk.rest_bytes,
+                       attention_bytes=walk.attention_bytes, scores_bytes=scores)

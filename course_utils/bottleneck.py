@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_utils import checks
+from course_utils.attention import sixteen_bit
 from course_utils.memory import METHODS, STEP_VERDICTS, TIGHT_SHARE, step_limit_gb, step_verdict
 from course_utils.step_memory import estimate_step
 from course_utils.units import GB
@@ -75,8 +76,8 @@ class Diagnosis:
         est, usable, on_gpu = self.estimate, self.usable_gb, self.estimate.device == "cuda"
         where = "GPU allocator counter" if on_gpu else "CPU process memory"
         of = f"GPU {self.budget_gb:g} GB, usable {usable:.4g} GB" if on_gpu else f"budget {usable:g} GB"
-        head = (f"{est.describe()}: {est.peak_gb:.2f} GB ({where}); {of}: {100 * est.peak_gb / usable:.0f} % of "
-                f"{'usable' if on_gpu else 'it'}")
+        head = (f"{est.describe()}: {est.peak_gb:.2f} GB ({where}; {est.attention.backend} attention); {of}: "
+                f"{100 * est.peak_gb / usable:.0f} % of {'usable' if on_gpu else 'it'}")
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
         big = sorted(est.parts(), key=lambda p: -p[1])[:3]
@@ -110,7 +111,7 @@ _MOVES = {
                      "same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
                      "micro-batch uses the hardware less well: measure how much slower"),
     "lora": ("LoRA", "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic"),
-    "lora-bf16": ("LoRA on a bf16 base", "like LoRA; bfloat16 matmuls are faster on Ampere+"),
+    "lora-bf16": ("LoRA on a {half} base", "like LoRA; {half} matmuls use the tensor cores"),
     "qlora": ("QLoRA", "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)"),
 }
 
@@ -134,7 +135,8 @@ def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = F
 
 def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
                           budget_gb: float = 16.0, *, seq: int = 512, optimizer: str = "adamw",
-                          checkpointing: bool = False, device: str = "cuda") -> Diagnosis:
+                          checkpointing: bool = False, device: str = "cuda",
+                          capability: tuple[int, int] | None = None) -> Diagnosis:
     """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
 
     ``budget_gb`` is the GPU's memory (the card's, 0.5 GB to 10,000 GB); the step and each option are judged
@@ -144,17 +146,19 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
 
     Moves tried: gradient checkpointing, 8-bit AdamW, smaller micro-batches with gradient accumulation (same
     examples per optimizer step; the fewest micro-batches that fit, and fewer that are only tight), and cheaper
-    methods (full -> LoRA -> LoRA on a bf16 base -> QLoRA), alone and together. Options that keep the method come
+    methods (full -> LoRA -> LoRA on a 16-bit base -> QLoRA), alone and together. Options that keep the method come
     first (a new method changes what is trained, not only the cost), then those with fewer changes. Time factors
     come from the arithmetic of a step (:func:`arithmetic_time_factor`); with accumulation that factor is only a
     floor (same arithmetic, more and smaller steps: slower by an amount only a measurement tells). ``device``
     ``"cuda"`` compares against the allocator counter (no process baseline), ``"cpu"`` includes it. (``lora-bf16``
     means a 16-bit base: bfloat16, or float16 on a T4; both take 2 bytes per number. LoRA is
-    :func:`estimate_step`'s: rank 8 on the default targets.)
+    :func:`estimate_step`'s: rank 8 on the default targets.) ``capability``: the GPU's compute capability, which
+    decides its attention kernel and 16-bit dtype (None: the GPU present, else an Ampere-or-newer card).
     """
     checks.choice(method, "method", METHODS)
     checks.flag(checkpointing, "checkpointing")
-    common = {"seq": seq, "device": device}  # LoRA: estimate_step's default rank and targets
+    common = {"seq": seq, "device": device, "capability": capability}  # LoRA: estimate_step's default rank, targets
+    half = {"float16": "fp16", "bfloat16": "bf16"}[sixteen_bit(getattr(device, "type", device), capability)]
     usable = step_limit_gb(budget_gb, getattr(device, "type", device))  # a GPU: the card's memory less the context
     est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing, **common)
     diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), usable_gb=usable,
@@ -179,7 +183,8 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
                       "adamw8bit": eight_bit and optimizer != "adamw8bit", "accumulation": k > 1}
             kinds = [kind for kind, on in wanted.items() if on]
             if kinds:  # a combination that changes nothing is the step itself
-                names, costs = zip(*([text.format(micro=batch // k, k=k) for text in _MOVES[kind]] for kind in kinds))
+                names, costs = zip(*([text.format(micro=batch // k, k=k, half=half) for text in _MOVES[kind]]
+                                     for kind in kinds))
                 diag.options.append(Option(names, new.peak_gb, verdict,
                                            arithmetic_time_factor(method, new_method, checkpointing, ck),
                                            "; ".join(costs), method_changed=new_method != method, micro_batches=k,

@@ -212,17 +212,22 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
     if args.no_kbit_preparation and step["method"] != "qlora":
         raise _ExitError("argument --no-kbit-preparation: only for --method qlora (the preparation is QLoRA's step)")
     device = "cuda" if args.gpu else "cpu"  # a GPU's budget is its allocator's counter: no CPU process baseline
-    try:
-        est = sm.estimate_step(config, **step, device=device)
+    try:  # one estimate per GPU generation: the attention kernel a card gets can change the activations
+        estimates = {b.capability: sm.estimate_step(config, **step, device=device, capability=b.capability)
+                     for b in budgets}
         if args.measure:  # a measured step has tighter bounds (batch, rank): say so before printing anything
             from course_utils.measure import step_spec
 
             step_spec(config, **step)
     except (ValueError, TypeError) as err:
         raise _ExitError(_naming_option(err)) from None
-    print(est.format())
     on_gpu, tight = device == "cuda", round(100 * mem.TIGHT_SHARE)
+    printed = None
     for budget in budgets:  # the sizes were checked when parsed: no error here
+        est = estimates[budget.capability]
+        if printed is None or est.format() != printed:
+            printed = est.format()
+            print(printed)
         usable = mem.step_limit_gb(budget.gb, device)  # a GPU: the card's memory less the CUDA context
         print(f"  {budget.label} budget" + (f", usable {usable:.4g} GB" if on_gpu else "")
               + f": {mem.step_verdict(est.peak_gb, usable)} (the predicted peak is {100 * est.peak_gb / usable:.0f} % "

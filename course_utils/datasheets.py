@@ -29,6 +29,16 @@ CUDA_CONTEXT_GB = 0.5
 T4_EXPOSED_GB = 15_095 * 2**20 / 1e9
 
 
+#: The compute capability from which a GPU has bfloat16 tensor cores (Ampere); older cards emulate bfloat16.
+BF16_CAPABILITY = (8, 0)
+
+
+def bf16_capable(capability: tuple[int, int]) -> bool:
+    """The course's one 16-bit rule: a GPU of this compute capability runs bfloat16 natively (8.0 or newer);
+    an older one (a T4, 7.5) uses float16 with loss scaling instead."""
+    return tuple(capability) >= BF16_CAPABILITY
+
+
 class Datasheet(NamedTuple):
     """Peak dense throughput from NVIDIA's datasheets and whitepapers, in TFLOP/s (no sparsity), and memory in GB.
 
@@ -40,6 +50,7 @@ class Datasheet(NamedTuple):
     tensor16_tflops: float  # 16-bit matrix peak: tensor cores (fp16/bf16, FP32 accumulate) where the GPU has them
     memory_gb: float
     exposed_gb: float | None = None
+    capability: tuple[int, int] = (0, 0)  # CUDA compute capability: (7, 5) for a T4, (8, 0) for an A100
 
     @property
     def total_gb(self) -> float:
@@ -65,24 +76,24 @@ def usable_gb(memory_gb: float, name: str = "memory_gb") -> float:
 #: FP32-accumulate tensor rate (what PyTorch's 16-bit matmuls use), half their FP16-accumulate headline figure.
 #: The P100 has no tensor cores: its 16-bit figure is plain FP16 at twice the FP32 rate.
 DATASHEETS: dict[str, Datasheet] = {
-    "T4": Datasheet("NVIDIA T4", 8.1, 65.0, 16.0, T4_EXPOSED_GB),
-    "P100": Datasheet("NVIDIA P100 PCIe", 9.3, 18.7, 16.0),
-    "V100": Datasheet("NVIDIA V100 SXM2", 15.7, 125.0, 16.0),
-    "V100-PCIe": Datasheet("NVIDIA V100 PCIe", 14.0, 112.0, 16.0),
-    "L4": Datasheet("NVIDIA L4", 30.3, 121.0, 24.0),
-    "A10": Datasheet("NVIDIA A10", 31.2, 125.0, 24.0),
-    "L40S": Datasheet("NVIDIA L40S", 91.6, 362.0, 48.0),
-    "A100": Datasheet("NVIDIA A100 SXM", 19.5, 312.0, 80.0),
-    "A100-40GB": Datasheet("NVIDIA A100 40GB", 19.5, 312.0, 40.0),
-    "H100": Datasheet("NVIDIA H100 SXM", 67.0, 989.0, 80.0),
-    "H100-PCIe": Datasheet("NVIDIA H100 PCIe", 51.0, 756.0, 80.0),
-    "H100-NVL": Datasheet("NVIDIA H100 NVL", 60.0, 835.0, 94.0),
-    "H200": Datasheet("NVIDIA H200 SXM", 67.0, 989.0, 141.0),
-    "H200-NVL": Datasheet("NVIDIA H200 NVL", 60.0, 835.0, 141.0),
-    "RTX-3080": Datasheet("NVIDIA GeForce RTX 3080", 29.8, 59.5, 10.0),
-    "RTX-3090": Datasheet("NVIDIA GeForce RTX 3090", 35.6, 71.0, 24.0),
-    "RTX-4080": Datasheet("NVIDIA GeForce RTX 4080", 48.7, 97.5, 16.0),
-    "RTX-4090": Datasheet("NVIDIA GeForce RTX 4090", 82.6, 165.2, 24.0),
+    "T4": Datasheet("NVIDIA T4", 8.1, 65.0, 16.0, T4_EXPOSED_GB, capability=(7, 5)),
+    "P100": Datasheet("NVIDIA P100 PCIe", 9.3, 18.7, 16.0, capability=(6, 0)),
+    "V100": Datasheet("NVIDIA V100 SXM2", 15.7, 125.0, 16.0, capability=(7, 0)),
+    "V100-PCIe": Datasheet("NVIDIA V100 PCIe", 14.0, 112.0, 16.0, capability=(7, 0)),
+    "L4": Datasheet("NVIDIA L4", 30.3, 121.0, 24.0, capability=(8, 9)),
+    "A10": Datasheet("NVIDIA A10", 31.2, 125.0, 24.0, capability=(8, 6)),
+    "L40S": Datasheet("NVIDIA L40S", 91.6, 362.0, 48.0, capability=(8, 9)),
+    "A100": Datasheet("NVIDIA A100 SXM", 19.5, 312.0, 80.0, capability=(8, 0)),
+    "A100-40GB": Datasheet("NVIDIA A100 40GB", 19.5, 312.0, 40.0, capability=(8, 0)),
+    "H100": Datasheet("NVIDIA H100 SXM", 67.0, 989.0, 80.0, capability=(9, 0)),
+    "H100-PCIe": Datasheet("NVIDIA H100 PCIe", 51.0, 756.0, 80.0, capability=(9, 0)),
+    "H100-NVL": Datasheet("NVIDIA H100 NVL", 60.0, 835.0, 94.0, capability=(9, 0)),
+    "H200": Datasheet("NVIDIA H200 SXM", 67.0, 989.0, 141.0, capability=(9, 0)),
+    "H200-NVL": Datasheet("NVIDIA H200 NVL", 60.0, 835.0, 141.0, capability=(9, 0)),
+    "RTX-3080": Datasheet("NVIDIA GeForce RTX 3080", 29.8, 59.5, 10.0, capability=(8, 6)),
+    "RTX-3090": Datasheet("NVIDIA GeForce RTX 3090", 35.6, 71.0, 24.0, capability=(8, 6)),
+    "RTX-4080": Datasheet("NVIDIA GeForce RTX 4080", 48.7, 97.5, 16.0, capability=(8, 9)),
+    "RTX-4090": Datasheet("NVIDIA GeForce RTX 4090", 82.6, 165.2, 24.0, capability=(8, 9)),
 }
 
 
@@ -93,13 +104,16 @@ def datasheet_key(name: str) -> str | None:
     not match 'RTX 3090 Ti' (a different card: None). A key matches when every part of it ('H100-PCIe':
     H100 and PCIe) is a token of the name; the most specific match wins, so 'NVIDIA H100 PCIe' is the
     H100-PCIe and 'NVIDIA H100 80GB HBM3' the H100. An A10G (AWS) has no NVIDIA datasheet of its own: it is
-    matched to the A10's.
+    matched to the A10's. A MIG slice ('NVIDIA A100-SXM4-40GB MIG 1g.5gb') has a fraction of the card's compute
+    and memory: None, never the whole card's figures.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
     tokens = {"A10" if t == "A10G" else t for t in name.upper().replace("-", " ").replace("_", " ").split()}
     if "TI" in tokens or "SUPER" in tokens:
         return None  # Ti/SUPER cards have their own figures, not listed here
+    if "MIG" in tokens:
+        return None  # a MIG slice: a share of the card, not the card
     matches = [key for key in DATASHEETS if set(key.upper().split("-")) <= tokens]
     return max(matches, key=lambda key: key.count("-"), default=None)
 

@@ -18,7 +18,7 @@ from typing import Iterator
 import torch
 
 from course_utils import checks
-from course_utils.datasheets import DATASHEETS, Datasheet, datasheet_key
+from course_utils.datasheets import DATASHEETS, Datasheet, bf16_capable, datasheet_key
 from course_utils.units import GB
 
 
@@ -68,7 +68,7 @@ def bf16_native(device: torch.device | str | int | None = None) -> bool:
     but that is not the GPU fast path this question is about.
     """
     dev = as_device(device)
-    return dev.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(dev) >= (8, 0)
+    return dev.type == "cuda" and torch.cuda.is_available() and bf16_capable(torch.cuda.get_device_capability(dev))
 
 
 def autocast_dtype(device: torch.device | str | int | None = None) -> torch.dtype:

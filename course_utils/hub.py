@@ -5,6 +5,7 @@ whether the Hub original can be used: left to itself, the Hugging Face Hub clien
 before failing, a long silence in front of a class, so this decides in about a second at most.
 ``HF_HUB_OFFLINE`` set decides at once; otherwise one quick TCP connection to the Hub. Without the Hub,
 :func:`course_utils.standin.choose_model` takes the packaged copy where it is installed, else the stand-in.
+``COURSE_MODEL_SOURCE`` (:data:`MODEL_SOURCE_ENV`) names the source instead, so that a test can run each one.
 Nothing heavy is imported here (no torch), and of the course only the leaf modules ``checks`` and ``units``.
 """
 from __future__ import annotations
@@ -76,11 +77,21 @@ _SOURCES = ("real", "packaged", "standin")
 #: The label of every printed line, per source (the Hub original's is its name).
 _LABELS = {"standin": "[STAND-IN: SmolLM2-135M architecture, random weights]",
            "packaged": "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"}
+#: Environment variable that names the source instead of deciding it ("real", "packaged" or "standin"): the test
+#: scripts run notebook 01b once with the packaged copy and once with the stand-in.
+MODEL_SOURCE_ENV = "COURSE_MODEL_SOURCE"
+
+
+def forced_source() -> str | None:
+    """The source :data:`MODEL_SOURCE_ENV` names (one of ``real``, ``packaged``, ``standin``), or None when unset."""
+    value = os.environ.get(MODEL_SOURCE_ENV, "").strip().lower()
+    return checks.choice(value, MODEL_SOURCE_ENV, _SOURCES) if value else None
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Can the Hub original be used, and why: ``source`` is ``"real"`` or ``"offline"``."""
+    """Can the Hub original be used, and why: ``source`` is ``"real"`` or ``"offline"``, or the source named by
+    :data:`MODEL_SOURCE_ENV` (``"packaged"``, ``"standin"``)."""
 
     source: str
     reason: str
@@ -89,10 +100,14 @@ class Decision:
 def decide_source(timeout_s: float = 1.5) -> Decision:
     """The Hub original of :data:`REAL_MODEL`, or offline? Decided in at most ``timeout_s`` seconds, no retries.
 
+    0. :data:`MODEL_SOURCE_ENV` set -> the source it names, without looking.
     1. ``HF_HUB_OFFLINE`` set -> the Hub original only if it is already in the local cache.
     2. Otherwise one quick TCP connection to the Hub decides: reachable -> the Hub original, on a CPU or a GPU
        alike (the device decides only how it loads, see :func:`course_utils.models.load_settings`).
     """
+    forced = forced_source()
+    if forced is not None:
+        return Decision(forced, f"{MODEL_SOURCE_ENV}={forced} chooses these weights")
     if hub_offline_env():
         if cached_on_disk(REAL_MODEL):
             return Decision("real", "HF_HUB_OFFLINE is set, and the model is already in the local cache")

@@ -22,8 +22,16 @@ Two tools are used here.
 Why a warm-up step first: a real training run spends almost all its steps in the *steady state*, where the
 optimizer states already exist while the next forward and backward run. The first step is special (the
 optimizer allocates its states lazily, ``torch.compile`` compiles). So one unmeasured warm-up step runs
-first, the peak counter is reset, and then ``steps`` steps are measured and timed. The warm-up step's
-time is reported separately (``first_step_seconds``): for ``compile=True`` it contains the compilation.
+first, the peak counter is reset, and then ``steps`` steps are measured and timed: 3 by default on a CUDA GPU (a GPU
+step takes milliseconds, and one alone is noisy), 1 in a CPU child (a step there takes seconds, and a notebook waits
+for it; the CPU lessons read its peak, not its time). One more step, untimed and after the peak, counts the saved
+activations and gradients and records the attention backend (the counting hooks cost time). The warm-up step's
+time is reported separately (``first_step_seconds``): for ``compile=True`` it contains the compilation. On a CUDA
+GPU, the first step of a process is preceded by a tiny matmul and its backward, so that the CUDA context and cuBLAS's
+workspace exist before the baseline is read.
+
+A case of :func:`measure_training_steps` that fails, whatever the error, comes back as :class:`Skipped` (its reason as
+text): an exception object would keep its traceback, and with it the failed step's model and tensors, alive.
 
 It also times one frozen layer stored three ways (:func:`time_frozen_layer`, lesson 04), and counts what any
 forward pass keeps for backward (:func:`saved_for_backward`, lesson 05's torch.compile demo). The peak tracker is
@@ -55,7 +63,7 @@ from course_utils.hardware import as_device, autocast_dtype
 from course_utils.memory import ALL_METHODS, OPTIMIZERS
 from course_utils.peak import checked_device
 from course_utils.quiet import import_bitsandbytes, quiet_libraries
-from course_utils.training_step import _step_precision, run_step
+from course_utils.training_step import _TIMEOUT_MESSAGE, ATTENTION_CHOICES, _step_precision, run_step
 from course_utils.units import GB
 
 #: Accepted spellings of the autocast dtype (None = no autocast). ``"auto"`` (or True) asks
@@ -66,14 +74,14 @@ _AUTOCAST_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16"
 #: (which spells them out in its signature), of :func:`step_spec` and of a case of :func:`measure_training_steps`.
 _STEP_DEFAULTS: dict[str, Any] = {"method": "lora", "batch": 8, "seq": 128, "lora_rank": 8, "targets": DEFAULT_TARGETS,
                                   "checkpointing": False, "optimizer": "adamw", "autocast": None, "compile": False,
-                                  "steps": 1, "accumulation": 1, "kbit_preparation": True}
+                                  "steps": None, "accumulation": 1, "kbit_preparation": True, "attention": "auto"}
+#: Timed steps when ``steps`` is None, by device type (see the module doc).
+DEFAULT_STEPS = {"cuda": 3, "cpu": 1}
 #: Environment of the child process that runs a CPU step. The malloc setting makes glibc serve every
 #: allocation above 64 KiB with its own mmap, returned on free, so RSS tracks the live bytes (see module doc).
 _CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
               "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
-#: What a step past its ``timeout_s`` reports (a TimeoutError), formatted with the seconds.
-_TIMEOUT_MESSAGE = "the measured step did not finish within timeout_s={:g} s"
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,8 +97,9 @@ class StepMeasurement:
     ``optimizer_bytes`` are summed from the tensors (tied weights counted once, 4-bit weights with their
     quantization constants). ``saved_activations_bytes`` is what autograd kept for backward during the
     forward pass, deduplicated by storage, parameters excluded (with checkpointing: the inputs the
-    checkpointed layers keep, plus what is saved outside them). ``steps`` were measured, after the warm-up step;
-    ``autocast`` is the dtype that ran (None: no autocast).
+    checkpointed layers keep, plus what is saved outside them), counted in an untimed step after the timed ones.
+    ``steps`` were timed, after the warm-up step; ``autocast`` is the dtype that ran (None: no autocast);
+    ``extra["attention"]`` the SDPA backend(s) that ran.
     """
 
     peak_bytes: int
@@ -124,6 +133,25 @@ class StepMeasurement:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A case of :func:`measure_training_steps` that gave no measurement: ``reason`` is the error's type and message,
+    as text. Never the exception itself: its traceback would keep the failed step's model, optimizer and activations
+    alive, and on a GPU after an out-of-memory error nothing could free them for the next case."""
+
+    reason: str
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the case ran past its time limit."""
+        return self.reason.startswith("TimeoutError")
+
+
+def _skipped(err: BaseException) -> Skipped:
+    """``err`` as a :class:`Skipped` row: ``"TypeName: message"`` (shortened), no reference to ``err`` kept."""
+    return Skipped(f"{type(err).__name__}: {err}"[:500])
+
+
 def _normalise_autocast(autocast: Any) -> str | None:
     """``autocast`` spelled out: None (also False), ``"auto"`` (also True), ``"bfloat16"`` or ``"float16"`` (also
     their short names and torch dtypes); ValueError naming ``autocast`` for anything else."""
@@ -149,12 +177,14 @@ def step_spec(config: str | os.PathLike | Mapping[str, Any], **step: Any) -> dic
     highs = {"batch": 4096, "seq": limit if isinstance(limit, int) else 1_000_000, "lora_rank": 4096, "steps": 100,
              "accumulation": 1024}
     for arg, high in highs.items():
-        checks.integer(spec[arg], arg, 1, high)
+        if not (arg == "steps" and spec[arg] is None):  # None: the device's default, set by _place_on_device
+            checks.integer(spec[arg], arg, 1, high)
     # the step chooses its dtypes (see _step_precision): the config's own are left out
     spec.update(config={k: v for k, v in cfg.items() if k not in ("torch_dtype", "dtype")},
                 targets=list(normalize_targets(spec["targets"])), checkpointing=bool(spec["checkpointing"]),
                 autocast=_normalise_autocast(spec["autocast"]), compile=bool(spec["compile"]),
-                kbit_preparation=checks.flag(spec["kbit_preparation"], "kbit_preparation"))
+                kbit_preparation=checks.flag(spec["kbit_preparation"], "kbit_preparation"),
+                attention=checks.choice(spec["attention"], "attention", ATTENTION_CHOICES))
     return spec
 
 
@@ -162,8 +192,9 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
                           method: str = "lora", batch: int = 8, seq: int = 128, lora_rank: int = 8,
                           targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
                           optimizer: str = "adamw", autocast: Any = None, compile: bool = False,
-                          steps: int = 1, timeout_s: float = 300.0, accumulation: int = 1,
-                          kbit_preparation: bool = True, device: Any = None) -> StepMeasurement:
+                          steps: int | None = None, timeout_s: float = 300.0, accumulation: int = 1,
+                          kbit_preparation: bool = True, attention: str = "auto",
+                          device: Any = None) -> StepMeasurement:
     """Build the model, run a warm-up step, then measure ``steps`` training steps; see the module doc.
 
     ``method``: ``"full"`` (every weight trained, float32), ``"full-bf16"`` (every weight trained, stored in
@@ -174,31 +205,41 @@ def measure_training_step(config: str | os.PathLike | Mapping[str, Any] = "smoll
     ``kbit_preparation``: ``"qlora"`` only (ignored by the other methods, which load no 4-bit weights): False
     skips peft's ``prepare_model_for_kbit_training``, as Unsloth and some trainers do. ``optimizer``:
     ``"adamw"`` (torch, two float32 states = 8 bytes per trained parameter) or ``"adamw8bit"`` (bitsandbytes,
-    two 8-bit states + block scales, about 2 bytes).
+    two 8-bit states + block scales, about 2 bytes). ``attention``: ``"auto"`` (PyTorch picks the SDPA backend) or
+    ``"math"`` (forced with ``torch.nn.attention.sdpa_kernel``: the backend that keeps the s x s scores); the
+    backend that ran is in ``extra["attention"]``.
     ``autocast``: None, ``"auto"`` (the device's 16-bit dtype, see :func:`_step_precision`), or ``"bf16"`` /
     ``"fp16"`` on purpose (fp16 only on CUDA). ``accumulation``: micro-batches of ``batch`` examples per
-    optimizer step. ``device``: None means :func:`course_utils.hardware.pick_device`. On CPU (the process's peak
+    optimizer step. ``steps``: timed steps, None for :data:`DEFAULT_STEPS` (3 on a CUDA GPU, 1 on a CPU).
+    ``device``: None means :func:`course_utils.hardware.pick_device`. On CPU (the process's peak
     must belong to the step), and with ``compile=True`` on any device (compiling has no upper bound on its time,
     and only a child process can be stopped with everything it started), the work runs in a fresh child process
-    bounded by ``timeout_s`` seconds (TimeoutError when it runs longer); on a CUDA GPU otherwise in this process.
+    bounded by ``timeout_s`` seconds (TimeoutError when it runs longer); on a CUDA GPU otherwise in this process,
+    where ``timeout_s`` is checked between micro-batches (a running CUDA kernel cannot be interrupted).
     """
     # the arguments that describe the step, by their names in _STEP_DEFAULTS (read first: nothing else is local yet)
     spec = step_spec(config, **{name: value for name, value in locals().items() if name in _STEP_DEFAULTS})
     timeout_s = checks.number(timeout_s, "timeout_s", 1, 7200)
-    in_child = _place_on_device(spec, device)
-    return StepMeasurement(**(_run_in_child(spec, timeout_s) if in_child else run_step(spec)))
+    return _measure_case(spec, timeout_s, _place_on_device(spec, device))
+
+
+def _measure_case(spec: dict[str, Any], timeout_s: float, in_child: bool) -> StepMeasurement:
+    """One step, in a bounded child process or in this process (bounded between micro-batches)."""
+    if in_child:
+        return StepMeasurement(**_run_in_child(spec, timeout_s))
+    return StepMeasurement(**run_step({**spec, "timeout_s": timeout_s}))
 
 
 def measure_training_steps(config: str | os.PathLike | Mapping[str, Any], cases: Sequence[Mapping[str, Any]], *,
-                           timeout_s: float = 300.0, device: Any = None) -> list[StepMeasurement | Exception]:
+                           timeout_s: float = 300.0, device: Any = None) -> list[StepMeasurement | Skipped]:
     """Measure several training steps of one config, each as :func:`measure_training_step` would, in order.
 
     ``cases`` are that function's keyword arguments. On a CPU they share one child process that imports the
     libraries once and then forks a fresh process per case (Linux), so each case is measured as if alone, without
     paying the imports (10-15 s of CPU here) each time. Where forking is not possible (macOS), or when a case has
     ``compile=True``, each case gets a bounded child of its own; on a CUDA GPU a case without ``compile`` runs in
-    this process. ``timeout_s`` bounds each case. A case that fails or runs too long gives its exception
-    (TimeoutError, RuntimeError) in its place; bad arguments raise at once.
+    this process. ``timeout_s`` bounds each case. A case that fails (any error: out of memory, a missing library, a
+    bug) or runs too long gives a :class:`Skipped` with the reason in its place; bad arguments raise at once.
     """
     timeout_s = checks.number(timeout_s, "timeout_s", 1, 7200)
     if not cases:
@@ -209,7 +250,7 @@ def measure_training_steps(config: str | os.PathLike | Mapping[str, Any], cases:
     # (macOS forks badly once system frameworks are loaded)
     if all(in_child) and not any(spec["compile"] for spec in specs) and sys.platform.startswith("linux"):
         return _run_forked_children(specs, timeout_s)
-    return [_case_or_error(spec, timeout_s, child) for spec, child in zip(specs, in_child)]
+    return [_case_or_skip(spec, timeout_s, child) for spec, child in zip(specs, in_child)]
 
 
 def _place_on_device(spec: dict[str, Any], device: Any) -> bool:
@@ -221,47 +262,47 @@ def _place_on_device(spec: dict[str, Any], device: Any) -> bool:
                          "use 'bf16' or 'auto' on a CPU")
     spec["device"] = str(dev)
     spec["autocast"] = _step_precision(spec["method"], spec["autocast"], dev).autocast
+    if spec["steps"] is None:
+        spec["steps"] = DEFAULT_STEPS["cuda" if dev.type == "cuda" else "cpu"]
     return dev.type != "cuda" or spec["compile"]
 
 
-def _case_or_error(spec: dict[str, Any], timeout_s: float, in_child: bool) -> StepMeasurement | Exception:
-    """One case of :func:`measure_training_steps`, in a bounded child or in this process (CUDA): its result, or its
-    error (an out-of-memory or a compiler's error included) in its place.
+def _case_or_skip(spec: dict[str, Any], timeout_s: float, in_child: bool) -> StepMeasurement | Skipped:
+    """One case of :func:`measure_training_steps`, in a bounded child or in this process (CUDA): its result, or a
+    :class:`Skipped` saying why there is none (any error: out of memory, a compiler's error, a missing library).
 
     After a case in this process the case's tensors are freed and the allocator's cache emptied, so that the next
-    case starts from what was allocated before this one.
+    case starts from what was allocated before this one: the error is kept as text only (see :class:`Skipped`).
     """
     try:
-        return StepMeasurement(**(_run_in_child(spec, timeout_s) if in_child else run_step(spec)))
-    except (RuntimeError, TimeoutError) as err:  # torch.OutOfMemoryError is a RuntimeError
-        return err
-    except (ValueError, ImportError) as err:
-        return RuntimeError(f"{type(err).__name__}: {err}")
-    finally:
-        if not in_child:
-            gc.collect()
-            torch.cuda.empty_cache()  # a no-op where CUDA was never initialised
+        result: StepMeasurement | Skipped = _measure_case(spec, timeout_s, in_child)
+    except Exception as err:  # noqa: BLE001 - any failure is this case's row, not the end of the others
+        result = _skipped(err)
+    if not in_child:  # the error and its traceback are gone: the failed step's tensors can be freed now
+        gc.collect()
+        torch.cuda.empty_cache()  # a no-op where CUDA was never initialised
+    return result
 
 
-def _run_forked_children(specs: list[dict[str, Any]], timeout_s: float) -> list[StepMeasurement | Exception]:
-    """One bounded child process for all ``specs`` (see :func:`_fork_each`); a result or an exception per spec."""
+def _run_forked_children(specs: list[dict[str, Any]], timeout_s: float) -> list[StepMeasurement | Skipped]:
+    """One bounded child process for all ``specs`` (see :func:`_fork_each`); a result or a :class:`Skipped` per spec."""
     total = timeout_s * len(specs) + 120.0  # the imports, then every case at its limit
     try:
         lines = _run_in_child_lines(["--many", json.dumps(specs), "--case-timeout", str(timeout_s)], total)
-    except (TimeoutError, RuntimeError) as err:
-        return [err] * len(specs)
+    except Exception as err:  # noqa: BLE001 - the child failed as a whole: every case says why
+        return [_skipped(err)] * len(specs)
     answers = {payload["index"]: payload for payload in map(json.loads, lines)}
     missing = {"error": "RuntimeError: the measuring process gave no answer for this case"}
     return [_answer(answers.get(i, missing), timeout_s) for i in range(len(specs))]
 
 
-def _answer(payload: Mapping[str, Any], timeout_s: float) -> StepMeasurement | Exception:
-    """A forked case's JSON line (see :func:`_fork_each`): its measurement, or the exception it reports."""
+def _answer(payload: Mapping[str, Any], timeout_s: float) -> StepMeasurement | Skipped:
+    """A forked case's JSON line (see :func:`_fork_each`): its measurement, or why there is none."""
     if "result" in payload:
         return StepMeasurement(**payload["result"])
     if payload["error"].startswith("TimeoutError"):
-        return TimeoutError(_TIMEOUT_MESSAGE.format(timeout_s))
-    return RuntimeError(payload["error"])
+        return Skipped(f"TimeoutError: {_TIMEOUT_MESSAGE.format(timeout_s)}")
+    return Skipped(payload["error"])
 
 
 def _resident_file_pages() -> list[int]:
@@ -296,7 +337,8 @@ def _fork_each(specs: list[dict[str, Any]], case_timeout_s: float) -> None:
     process that did not end normally.
     """
     with quiet_libraries():
-        import peft  # noqa: F401 - everything a step imports, loaded before the forks
+        with suppress(ImportError):  # everything a step imports, loaded before the forks (peft where installed)
+            import peft  # noqa: F401 - see above
         from transformers import AutoModelForCausalLM  # noqa: F401 - loads the model classes for the forks
     resident = _resident_file_pages()
     for index, spec in enumerate(specs):

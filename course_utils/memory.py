@@ -134,6 +134,7 @@ class Budget:
 
     label: str
     gb: float
+    capability: tuple[int, int] | None = None  # a named GPU's CUDA compute capability (its attention kernels)
 
     @property
     def line_gb(self) -> float:
@@ -156,8 +157,8 @@ def gpu_budget(gpu: str) -> Budget:
     See :attr:`course_utils.datasheets.Datasheet.total_gb`; its usable memory (less the CUDA context) is
     :func:`course_utils.datasheets.usable_gb` of ``gb``.
     """
-    gb = datasheets.lookup(gpu).total_gb
-    return Budget(f"{gpu} {gb:.4g} GB", gb)
+    sheet = datasheets.lookup(gpu)
+    return Budget(f"{gpu} {sheet.total_gb:.4g} GB", sheet.total_gb, sheet.capability)
 
 
 def line_gb(budget_gb: float) -> float:

@@ -31,13 +31,28 @@ from course_utils.quiet import quiet_libraries
 STANDIN_CONFIG = "smollm2-135m.json"
 #: The dtype the stand-in's random weights are *stored* in on disk (loading casts per device).
 _STORAGE_DTYPE = torch.bfloat16
+#: What the stand-in's tokenizer returns. A Llama takes no ``token_type_ids``: transformers 4.57's
+#: ``PreTrainedTokenizerFast`` lists them by default, and ``generate(**inputs)`` then raises ValueError.
+MODEL_INPUTS = ("input_ids", "attention_mask")
+#: The layout of a built stand-in folder, part of its cache key: raise it whenever the build writes something
+#: else, so that no folder built the old way is reused (2: the tokenizer names its ``model_input_names``).
+_FORMAT = 2
 
 
 def _standin_key(config: Any, seed: int) -> str:
     import transformers
 
     text = json.dumps(config.to_dict(), sort_keys=True, default=str)
-    return hashlib.sha256(f"{text}|{seed}|{transformers.__version__}|{torch.__version__}".encode()).hexdigest()[:12]
+    versions = f"{transformers.__version__}|{torch.__version__}"
+    return hashlib.sha256(f"{text}|{seed}|{versions}|format {_FORMAT}".encode()).hexdigest()[:12]
+
+
+def _write_tokenizer(folder: Path) -> None:
+    """The shipped offline tokenizer, its settings naming the inputs a Llama takes (:data:`MODEL_INPUTS`)."""
+    shutil.copy(data_path("standin", "tokenizer.json"), folder / "tokenizer.json")
+    settings = json.loads(data_path("standin", "tokenizer_config.json").read_text(encoding="utf-8"))
+    settings["model_input_names"] = list(MODEL_INPUTS)
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
 
 def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str | Path | None = None) -> Path:
@@ -66,8 +81,7 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
             # load_model casts to the dtype of the device that loads it (float16 on a T4).
             model = AutoModelForCausalLM.from_config(config, **dtype_kwargs(_STORAGE_DTYPE))
             model.save_pretrained(tmp)
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(data_path("standin", name), tmp / name)
+        _write_tokenizer(tmp)
         (tmp / "STANDIN.txt").write_text(
             "Course stand-in: a real architecture with RANDOM weights (seed "
             f"{seed}). Its generated text is noise. Built by course_utils.standin.ensure_standin.\n",
@@ -79,22 +93,29 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
 def choose_model() -> ModelChoice:
     """SmolLM2-135M-Instruct from the Hub if it is reachable (CPU or GPU), else the packaged copy, else the stand-in.
 
-    Decided by :func:`course_utils.hub.decide_source`. The packaged copy is converted once by
-    :func:`course_utils.packaged.convert`; the stand-in is built once by :func:`ensure_standin`. A packaged copy
-    that fails to convert falls back to the stand-in, and the reason says why.
+    Decided by :func:`course_utils.hub.decide_source` (or named by ``COURSE_MODEL_SOURCE``). The packaged copy is
+    converted once by :func:`course_utils.packaged.convert`; the stand-in is built once by :func:`ensure_standin`.
+    A packaged copy that fails to convert falls back to the stand-in, and the reason says why; one named by
+    ``COURSE_MODEL_SOURCE=packaged`` raises instead.
     """
     decision = decide_source()
     if decision.source == "real":
         return ModelChoice(REAL_MODEL, False, decision.reason)
+    if decision.source == "standin":
+        return ModelChoice(str(ensure_standin()), True, decision.reason)
     found = packaged.availability()
     if found is None:
         why = f"{decision.reason}, and the packaged copy is not installed ({packaged.PIP_INSTALL})"
+        if decision.source == "packaged":  # asked for by name: no quiet fallback
+            raise RuntimeError(why)
         return ModelChoice(str(ensure_standin()), True, why)
     reason = decision.reason + ("; the packaged copy is installed and converted" if found == "converted"
                                 else "; the packaged copy is installed: converted once now, then reused")
     try:
         return ModelChoice(str(packaged.convert()), False, reason, "packaged")
-    except Exception as error:  # noqa: BLE001 - any failure to convert means: use the stand-in, and say why
+    except Exception as error:  # any failure to convert: the stand-in, saying why (unless asked for by name)
+        if decision.source == "packaged":
+            raise
         reason = f"{reason}, but its conversion failed ({type(error).__name__}: {error})"
         return ModelChoice(str(ensure_standin()), True, reason)
 

@@ -14,7 +14,10 @@ by reading what autograd actually keeps (each op saves what its backward formula
 gradient must flow through it):
 
 * **SDPA (fused attention) keeps no s×s tensor**: it saves Q, K, V, the output and one log-sum-exp number
-  per head and token, and recomputes the scores in backward. The 5·as²b term disappears.
+  per head and token, and recomputes the scores in backward. The 5·as²b term disappears - where a fused kernel
+  runs. Where SDPA falls back to its math backend (a T4; float32 attention with grouped-query heads on any card:
+  :mod:`course_utils.attention` decides, and the estimate names its backend), float32 copies of Q, K, V and the
+  float32 softmax (b·heads·s² numbers per layer) are saved, and backward briefly holds two more s×s gradients.
 * **Grouped-query attention**: K and V are ``kv_heads·head_dim`` wide, not ``h``.
 * **SwiGLU MLP** (``down(silu(gate(x)) * up(x))``, width ``i``): the gate output, its SiLU and the up
   output (3·i) plus, when the down weight trains, its input (1·i). No dropout, so no masks.
@@ -53,11 +56,13 @@ small configs: it is exact, not fitted.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from course_utils import checks
 from course_utils.activations import Activations, saved_activations
+from course_utils.attention import BACKENDS, AttentionChoice, choose_backend
 from course_utils.architecture import DEFAULT_TARGETS, MAX_LORA_RANK, Architecture, Config, normalize_targets
 from course_utils.memory import ALL_METHODS, OPTIMIZERS
 from course_utils.units import GB
@@ -105,6 +110,7 @@ class StepEstimate:
     trained_params: int
     moments: dict[str, dict[str, int]]  # moment -> parts on top of the fixed ones
     peak_moment: str
+    attention: AttentionChoice = AttentionChoice("flash", "assumed")  # the SDPA backend the estimate assumes
 
     @property
     def peak_bytes(self) -> int:
@@ -160,6 +166,7 @@ class StepEstimate:
         """The breakdown as text: one line per part, then the total."""
         rows = [*self.parts(), ("total (predicted peak)", self.peak_bytes)]
         return "\n".join([f"Training-step estimate: {self.describe()} ({self.device})",
+                          self.attention.line(),
                           f"peak moment: {self.peak_moment}",
                           *(f"  {label:<58} {b / GB:7.2f} GB" for label, b in rows)])
 
@@ -263,6 +270,11 @@ def _backward_moments(arch: Architecture, acts: Activations, *, method: str, tok
             "activations saved for backward": saved_before_loss,
             "one layer's recomputed activations": acts.per_layer,
             "gradient of the hidden states": tokens * arch.hidden * hidden_bytes, **head_grad, **kept}
+    if acts.scores_bytes:  # math attention: the softmax's and the scores' gradients, s x s each, float32
+        moments["backward of the top layer's attention (math: s x s gradients)"] = {
+            "activations saved for backward": saved_before_loss,
+            "attention score gradients (2 x s x s, float32)": 2 * acts.scores_bytes,
+            "gradient of the hidden states": tokens * arch.hidden * hidden_bytes, **head_grad, **kept}
     if full and arch.tied:
         moments["end of backward (embedding gradient)"] = {
             "gradients of the other weights": grads - gb * head,
@@ -278,7 +290,8 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
                   batch: int = 8, seq: int = 128, lora_rank: int = 8,
                   targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
                   optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: Any = "cpu",
-                  baseline_bytes: int | None = None, kbit_preparation: bool = True) -> StepEstimate:
+                  baseline_bytes: int | None = None, kbit_preparation: bool = True, attention: str = "auto",
+                  capability: tuple[int, int] | None = None) -> StepEstimate:
     """Predict the peak memory of one training step (steady state: the optimizer states already exist).
 
     Same arguments as :func:`course_utils.measure.measure_training_step`. ``kbit_preparation`` (``qlora``
@@ -288,7 +301,9 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
     ``device``: ``"cpu"`` (peak resident memory of a process, baseline = the imports) or ``"cuda"`` (PyTorch's
     allocator counter, baseline 0); a ``torch.device`` of either type is accepted too. To compare with a
     measurement, pass :func:`estimate_device_for` of the measured device. ``baseline_bytes`` overrides the
-    framework baseline.
+    framework baseline. ``attention``: the SDPA backend to assume (one of :data:`course_utils.attention.BACKENDS`),
+    or ``"auto"``: the one the device gets (:func:`course_utils.attention.choose_backend`); on CUDA for the card of
+    compute capability ``capability`` (None: the GPU present, else an Ampere-or-newer card, said in the reason).
     """
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
     device = checks.choice(getattr(device, "type", device), "device", ("cpu", "cuda"))  # a torch.device: its type
@@ -308,8 +323,13 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
     trained_sizes = [n for _, n, _ in arch.param_tensors()] if trains_all else arch.adapter_tensors(lora_rank, targets)
     per = ALL_METHODS[method].trained_bytes  # bytes per trained number: its gradient and each AdamW state
     grads = per * sum(trained_sizes)
-    acts = saved_activations(arch, batch, seq, method=method, lora_rank=lora_rank, targets=targets,
-                             autocast=autocast, checkpointing=checkpointing, kbit_preparation=kbit_preparation)
+    walk = dict(method=method, lora_rank=lora_rank, targets=targets, autocast=autocast, checkpointing=checkpointing,
+                kbit_preparation=kbit_preparation)
+    acts = saved_activations(arch, batch, seq, **walk)
+    choice = _attention_choice(arch, attention, device, capability, acts.attention_bytes)
+    spec["attention"] = choice.backend
+    if choice.keeps_scores:
+        acts = saved_activations(arch, batch, seq, **walk, math_attention=True)
     moments = _backward_moments(arch, acts, method=method, tokens=batch * seq, checkpointing=checkpointing,
                                 autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0,
                                 hidden_bytes=acts.hidden_bytes)
@@ -321,7 +341,32 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
                         weights_bytes=_weights_bytes(arch, method, 0 if trains_all else sum(trained_sizes),
                                                      acts.hidden_bytes),
                         grads_bytes=grads, optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer, per),
-                        activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak)
+                        activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak,
+                        attention=choice)
+
+
+def _attention_choice(arch: Architecture, attention: str, device: str, capability: tuple[int, int] | None,
+                      dtype_bytes: int) -> AttentionChoice:
+    """The SDPA backend of :func:`estimate_step`: as asked, or (``"auto"``) the one ``device`` gets."""
+    checks.choice(attention, "attention", ("auto", *BACKENDS))
+    if attention != "auto":
+        return AttentionChoice(attention, "as asked")
+    if device == "cuda" and capability is None:
+        capability = _present_capability()
+    return choose_backend(device=device, dtype_bytes=dtype_bytes, heads=arch.heads, kv_heads=arch.kv_heads,
+                          head_dim=arch.head_dim, capability=capability)
+
+
+def _present_capability() -> tuple[int, int] | None:
+    """The compute capability of the CUDA GPU present, or None (no GPU, torch cannot tell, or torch was never
+    imported here: then no GPU was used, and an estimate stays free of torch's import)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    except (RuntimeError, AssertionError):
+        return None
 
 
 def korthikanti_layer_bytes(arch: Architecture, batch: int, seq: int) -> dict[str, float]:

@@ -1,17 +1,18 @@
 """One training step, built and run in this process: what :mod:`course_utils.measure` runs in its child processes.
 
 :func:`build_model` builds a decoder from its config with random seeded weights, by method (full, full-bf16, LoRA,
-LoRA on a 16-bit base, or QLoRA with notebook 01b's recipe); :func:`run_step` runs a warm-up step, then the
-measured steps, counting the weights, gradients, optimizer states and the activations autograd saves (each storage
-once), and reads the peak with :func:`course_utils.peak.track_peak`. Which dtypes a step uses on a device is
-:func:`_step_precision`'s decision. Bounding the time and isolating the process are :mod:`course_utils.measure`'s
-job, not this module's.
+LoRA on a 16-bit base, or QLoRA with notebook 01b's recipe); :func:`run_step` runs a warm-up step, then the timed
+steps (their peak read with :func:`course_utils.peak.track_peak`), then one more, untimed step that counts the weights,
+gradients, optimizer states and the activations autograd saves (each storage once). Which dtypes a step uses on a
+device is :func:`_step_precision`'s decision. Isolating the process is :mod:`course_utils.measure`'s job; a step in
+this process (a CUDA GPU) stops at ``timeout_s`` in its spec, checked between micro-batches (see :class:`_Deadline`).
 """
 from __future__ import annotations
 
 import functools
 import tempfile
-from contextlib import contextmanager, nullcontext
+import time
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import torch
@@ -187,6 +188,55 @@ def _count_saved_tensors(exclude: set[int], layers: Sequence[Any] = ()) -> Itera
             h.remove()
 
 
+#: The SDPA backend a step can force (``attention`` in its spec): "auto" lets PyTorch choose.
+ATTENTION_CHOICES = ("auto", "math")
+
+
+def _attention_context(attention: str | None) -> Any:
+    """``torch.nn.attention.sdpa_kernel`` forcing ``attention`` ("math"), or a no-op for "auto" (PyTorch chooses)."""
+    if attention in (None, "auto"):
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
+@contextmanager
+def _record_attention_backends() -> Iterator[set[str]]:
+    """Record which SDPA backend PyTorch picks for each attention call meanwhile ("flash", "efficient", "cudnn",
+    "math"), asking its own dispatcher (``torch._fused_sdp_choice``) with the very arguments of the call."""
+    from torch.nn.attention import SDPBackend
+    from torch.overrides import TorchFunctionMode
+
+    names = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "efficient", "CUDNN_ATTENTION": "cudnn",
+             "MATH": "math"}
+    seen: set[str] = set()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class _Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is sdpa and hasattr(torch, "_fused_sdp_choice"):
+                with suppress(Exception):  # an older torch without enable_gqa: not recorded
+                    choice = SDPBackend(torch._fused_sdp_choice(*_as_autocast(args), **kwargs)).name
+                    seen.add(names.get(choice, choice.lower()))
+            return func(*args, **kwargs)
+
+    with _Spy():
+        yield seen
+
+
+def _as_autocast(args: Sequence[Any]) -> list[Any]:
+    """SDPA's arguments as autocast hands them to the kernel: floating tensors in the autocast dtype, where it is on."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return list(args)
+    kind = args[0].device.type
+    if not torch.is_autocast_enabled(kind):
+        return list(args)
+    low = torch.get_autocast_dtype(kind)
+    return [a.to(low) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
 def saved_for_backward(fn: Callable[[], Any], exclude: Iterable[Any] = ()) -> tuple[Any, int]:
     """Run ``fn()`` (a forward pass) and count the bytes autograd saves for backward meanwhile: each storage
     once, leaving out storages shared with ``exclude`` (a model's parameters, held anyway). Works for eager and
@@ -196,27 +246,74 @@ def saved_for_backward(fn: Callable[[], Any], exclude: Iterable[Any] = ()) -> tu
     return result, sum(seen.values())
 
 
+#: What a step past its ``timeout_s`` reports (a TimeoutError), formatted with the seconds.
+_TIMEOUT_MESSAGE = "the measured step did not finish within timeout_s={:g} s"
+
+
 def run_step(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Build the model, warm up one step, measure ``steps`` steps; return a :class:`StepMeasurement` dict."""
+    """Build the model, warm up one step, time ``steps`` steps (their peak), then count the saved activations, the
+    gradients and the SDPA backend in one more step, untimed and outside the peak (the hooks cost time); return a
+    :class:`StepMeasurement` dict. ``timeout_s`` in the spec (None or absent: no limit) bounds the whole call, checked
+    between micro-batches: TimeoutError past it."""
     with quiet_libraries():
-        import peft  # noqa: F401 - imported before the baseline is read, so that every method has the same baseline
+        # peft, where installed, is imported before the baseline is read whatever the method, so that every method's
+        # baseline holds the same libraries; without peft, full tuning still runs (LoRA and QLoRA fail in build_model)
+        with suppress(ImportError):
+            import peft  # noqa: F401 - imported for its memory, see above
 
         dev = as_device(spec.get("device"))
+        deadline = _Deadline(spec.get("timeout_s"), dev)
+        if dev.type == "cuda":
+            _warm_up_cuda(str(dev))
         baseline = memory_in_use(dev)
-        step = _Step(spec, build_model(spec, dev), dev)
+        step = _Step(spec, build_model(spec, dev), dev, deadline)
         with track_peak(dev) as warm_up:  # optimizer states, lazy allocations, compilation
             step.run(count=False)
         with track_peak(dev) as peak:
-            for i in range(spec["steps"]):
-                step.run(count=i == spec["steps"] - 1)
+            for _ in range(spec["steps"]):
+                step.run(count=False)
+        step.run(count=True)
         return _result(spec, step, peak, baseline=baseline, first=warm_up.seconds)
+
+
+@functools.cache
+def _warm_up_cuda(device: str) -> None:
+    """Once per process and GPU, before the first baseline is read: a float32 and a 16-bit matmul with their backward,
+    so that what no estimate counts (the CUDA context, cuBLAS's handle and workspace) exists before anything is."""
+    dev = torch.device(device)
+    for dtype in (torch.float32, autocast_dtype(dev)):
+        a = torch.ones(64, 64, device=dev, dtype=dtype, requires_grad=True)
+        (a @ a).sum().backward()
+    torch.cuda.synchronize(dev)
+
+
+class _Deadline:
+    """The time limit of a step in this process. A CUDA kernel cannot be interrupted: the limit is checked between
+    micro-batches, after waiting for the GPU (CUDA runs ahead of Python), so one long micro-batch overshoots it by
+    its own length. A child process (CPU, torch.compile) is stopped from outside instead (see
+    :mod:`course_utils.measure`)."""
+
+    def __init__(self, timeout_s: float | None, dev: Any) -> None:
+        self.timeout_s, self.dev = timeout_s, dev
+        self.end = None if timeout_s is None else time.monotonic() + float(timeout_s)
+
+    def check(self) -> None:
+        """TimeoutError once the limit is past."""
+        if self.end is None:
+            return
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        if time.monotonic() > self.end:
+            raise TimeoutError(_TIMEOUT_MESSAGE.format(self.timeout_s) + " (checked between micro-batches: a running "
+                               "CUDA kernel cannot be interrupted)")
 
 
 class _Step:
     """One training step of ``model`` as the spec says: micro-batches, autocast, loss scaling, optimizer."""
 
-    def __init__(self, spec: Mapping[str, Any], model: Any, dev: Any) -> None:
+    def __init__(self, spec: Mapping[str, Any], model: Any, dev: Any, deadline: _Deadline | None = None) -> None:
         self.spec, self.model, self.dev = spec, model, dev
+        self.deadline = deadline or _Deadline(None, dev)
         self.trained = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = _make_optimizer(spec, self.trained)
         self.precision = _step_precision(spec["method"], spec.get("autocast"), dev)
@@ -230,19 +327,27 @@ class _Step:
                               for _ in range(spec["accumulation"])]
         self.checkpointed = [m for m in model.modules() if _is_checkpointed_layer(m)]
         self.counts: dict[str, int] = {}
+        self.attention_backends: list[str] = []  # the SDPA backends the counting step ran (_record_attention_backends)
 
     def run(self, count: bool) -> None:
         """One optimizer step over every micro-batch; with ``count``, count the saved activations and gradients."""
         for i, ids in enumerate(self.micro_batches):
+            self.deadline.check()
             counting = count and i == 0
             # the parameters' storages as they are now: a 4-bit layer's bias moves to a new one at its first forward
             params = {key[0] for key in map(_storage_key, _tensors_of_params(self.model)) if key} if counting else set()
-            with _count_saved_tensors(params, self.checkpointed) if counting else nullcontext({}) as seen:
+            record = counting and not self.spec.get("compile")  # a mode under torch.compile changes what compiles
+            with (
+                _attention_context(self.spec.get("attention")),
+                _count_saved_tensors(params, self.checkpointed) if counting else nullcontext({}) as seen,
+                _record_attention_backends() if record else nullcontext(set()) as backends,
+            ):
                 with torch.autocast(self.dev.type, dtype=self.amp_dtype, enabled=self.precision.autocast is not None):
                     loss = self.forward(input_ids=ids, labels=ids).loss / self.spec["accumulation"]
                 self.scaler.scale(loss).backward()
             if counting:
                 self.counts["saved"] = sum(seen.values())
+                self.attention_backends = sorted(backends)
         if count:
             self.counts["grads"] = _unique_nbytes(p.grad for p in self.trained if p.grad is not None)
         self.scaler.step(self.optimizer)
@@ -273,5 +378,6 @@ def _result(spec: Mapping[str, Any], step: _Step, peak: Any, *, baseline: int, f
         # tied parameters count once, bitsandbytes' packed 4-bit ones at their true size (2 numbers per byte)
         "total_params": count_model_parameters(step.model), "trained_params": sum(p.numel() for p in step.trained),
         "compile_seconds": max(0.0, first - per_step) if spec.get("compile") else None,
-        "extra": {"base_dtype": step.precision.base, "loss_scaling": step.precision.loss_scaling},
+        "extra": {"base_dtype": step.precision.base, "loss_scaling": step.precision.loss_scaling,
+                  "attention": ",".join(step.attention_backends) or "unknown"},
     }

@@ -108,6 +108,7 @@ class TrickResult:
     trained_params: int | None = None
     estimate_bytes: int | None = None
     estimate_moment: str | None = None
+    estimate_attention: str | None = None  # the SDPA backend the estimate assumes (extra["attention"]: what ran)
     estimate_device: str | None = None  # the counter the estimate predicts: "cpu" (process) or "cuda" (allocator)
     device: str | None = None  # the device the step was measured on (or would have been, when skipped)
     skipped: str | None = None
@@ -149,8 +150,8 @@ def measure_tricks(config: Any, base: Mapping[str, Any], keys: Sequence[str] = t
     device; ``base`` is the step every trick changes (see :func:`trick_kwargs`). ``device`` None means
     :func:`course_utils.hardware.pick_device`, decided once for the estimates and the measurements. On a CPU each
     step runs in a fresh child process bounded by ``timeout_s``; on a GPU in this process, its peak counted above
-    the memory already allocated (see :func:`course_utils.measure.measure_training_step`). A trick that fails (an
-    out-of-memory error included) or runs past its time limit (``compile_timeout_s`` for ``torch.compile``, which
+    the memory already allocated (see :func:`course_utils.measure.measure_training_step`). A trick that fails (any
+    error, out of memory included) or runs past its time limit (``compile_timeout_s`` for ``torch.compile``, which
     always gets a child process) is returned with ``skipped`` set to the reason instead of stopping the others. On a
     CPU, ``torch.compile`` is tried only with ``compile_on_cpu=True``: building the compiled C++ takes minutes on a
     laptop, so by default its row says it was skipped, and why. With ``skip_slow_bf16=True`` the 16-bit row is
@@ -180,16 +181,17 @@ def _estimated_row(key: str, base: Mapping[str, Any], config: Any, dev: Any) -> 
     row = TrickResult(key, trick.label, trick.claim, device=str(dev), estimate_device=estimate_device_for(dev))
     with contextlib.suppress(ValueError, TypeError):  # a combination the estimator does not model: no estimate
         est = estimate_step_for(trick_kwargs(key, base), config, dev)
-        row.estimate_bytes, row.estimate_moment = est.peak_bytes, est.peak_moment
+        row.estimate_bytes, row.estimate_moment, row.estimate_attention = (est.peak_bytes, est.peak_moment,
+                                                                           est.attention.backend)
     return row
 
 
 def _record(row: TrickResult, m: Any, limit: float) -> None:
-    """Put a measurement (or the reason there is none) into ``row``."""
-    if isinstance(m, TimeoutError):
+    """Put a measurement (or the reason there is none: a :class:`~course_utils.measure.Skipped`) into ``row``."""
+    if isinstance(m, measure.Skipped) and m.timed_out:
         row.skipped = f"skipped: did not finish within its {limit:g} s budget on this machine"
-    elif isinstance(m, Exception):
-        row.skipped = f"skipped: the step failed ({str(m).strip().splitlines()[-1][:160]})"
+    elif isinstance(m, measure.Skipped):
+        row.skipped = f"skipped: the step failed ({m.reason.strip().splitlines()[-1][:160]})"
     else:
         row.measurement = m
         for name in _MEASURED:

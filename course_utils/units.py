@@ -1,4 +1,5 @@
-"""Units the whole course uses: one gigabyte is 10^9 bytes (as GPU datasheets and ``nvidia-smi`` count)."""
+"""Units the whole course uses: one gigabyte is 10^9 bytes, as GPU datasheets count (``nvidia-smi`` reports MiB,
+2^20 bytes: 15,360 MiB are 16.1 GB)."""
 from __future__ import annotations
 
 from typing import Any

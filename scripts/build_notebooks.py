@@ -83,7 +83,7 @@ SETUP_TEMPLATE = Path(__file__).with_name("setup_cell.py")
 
 
 def setup_cell_source(extras: list[str]) -> str:
-    """The standard first code cell: install on Colab only, then print versions, hardware and version notes.
+    """The standard first code cell: one GPU, installs on Colab or Kaggle only, then versions, hardware and notes.
 
     :data:`SETUP_TEMPLATE` with this version's values written into its capitalised settings lines, and the
     template's own note to maintainers left out. Its logic is unit-tested by executing this text with a fake pip
@@ -96,6 +96,7 @@ def setup_cell_source(extras: list[str]) -> str:
         "RELEASE": repr(about.release_tag()),
         "REPO_URL": repr(about.repo_url()),
         "HELPERS": f"os.environ.get(SOURCE_ENV) or {about.install_spec()!r}",
+        "MAIN": repr(about.install_spec(about.BRANCH)),
         "NEEDS": repr(needs),
         "CAPS": repr({name: about.SUPPORTED[name][1] for name in about.COLAB_CAPPED}),
     }

@@ -19,13 +19,18 @@ Sections, in order (``--sections`` takes their names or numbers):
 3. ``mixed_precision`` - notebook 02's loop (``precision.train_mixed_precision``) with float16 + GradScaler
    and a forced overflow (the scaler must skip that step and lower its scale), and with bfloat16 (Ampere+).
 4. ``microbatch_sweep`` - notebook 03's micro-batch sweep (``accumulation.sweep_micro_batches``) on CUDA.
-5. ``step_memory`` - the whole-step estimate (``step_memory.estimate_step``) against the allocator peak of
-   ``measure.measure_training_step`` (3 measured steps each): LoRA and full x batch 1/4/8, and float16 autocast
-   with GradScaler (``autocast="fp16"``) on every GPU; then notebook 05's tricks (``tricks.measure_tricks``,
-   3 measured steps each: gradient checkpointing, 8-bit AdamW, and torch.compile in a bounded child process
-   that runs while the in-process cases are measured).
-6. ``qlora`` - the offline stand-in loaded in 4 bits, LoRA added, 8 AdamW steps, 10 generated tokens; with the
-   GPU's own compute dtype and, on Ampere or newer, again with float16 compute (the T4 branch).
+5. ``step_memory`` - the whole-step estimate (``step_memory.estimate_step``, with the attention backend this GPU
+   gets) against the allocator peak of ``measure.measure_training_step`` (3 timed steps each): LoRA and full x
+   batch 1/4/8, float16 autocast with GradScaler (``autocast="fp16"``) on every GPU, full-bf16, lora-bf16, qlora,
+   and LoRA at 1,024 tokens (batch: the largest a T4 fits by the estimate); each row shows the attention backend
+   that ran next to the one the estimate assumed. Then notebook 05's tricks (``tricks.measure_tricks``, 3 timed
+   steps each: gradient checkpointing, 16-bit autocast, 8-bit AdamW, accumulation), then torch.compile in a
+   bounded child process, after the in-process cases (its compiler workers would compete for the CPU while eager
+   steps are timed). Full tuning and the tricks need torch and transformers only; a case that needs peft or
+   bitsandbytes is "not checked: <package> missing" without it.
+6. ``qlora`` - the offline stand-in loaded in 4 bits, LoRA added (notebook 01b's recipe), 8 AdamW steps on 01b's
+   tickets with 01b's GradScaler (on for float16 compute), 10 generated tokens; with the GPU's own compute dtype
+   and, on Ampere or newer, again with float16 compute (the T4 branch).
 7. ``ddp`` - notebook 03's 2-process gloo DDP check, started after CUDA is initialised.
 8. ``trainer`` - notebook 05's memory-efficient ``TrainingArguments`` for 2 Trainer steps, and on Ampere or
    newer the same arguments with ``fp16=True`` forced (the T4 branch: float16 + the Trainer's loss scaling).
@@ -48,13 +53,16 @@ the budget in any case. Child processes (the torch.compile child and its compile
 fork server) are ended with the run: at its end, and when the watchdog fires (see :func:`end_children`).
 ``--dry-run`` prints the plan for the GPU found (sections, caps, cases) and runs nothing on it.
 
-Output: ``gpu_check.json`` and ``gpu_check.md`` (a table per section) in ``--out``; the markdown is also
-printed, then one summary line (``gpu_check: PASSED|INCOMPLETE|FAILED ...``). Exit status: 0 when no section
-failed (sections and cases skipped or not checked are listed; PASSED only when every section passed in
-full); 1 when a section failed or the watchdog stopped the run; 2 when there is no CUDA GPU (one line on
-stderr, nothing run); 3 with ``--strict`` when nothing failed but an estimate error (step_memory: estimate vs
-measured peak) is over 10 %, or a section or case was skipped for a reason other than a missing optional
-library (sections not checked for a missing library do not fail ``--strict``).
+Output: ``gpu_check.json`` and ``gpu_check.md`` (a table per section) in ``--out``; every other file the check
+writes goes there too (the stand-in model, the Trainer's folders, temporary files, torch.compile's and Triton's
+caches: see :func:`setup_environment`). The markdown is also printed, then one summary line (``gpu_check:
+PASSED|INCOMPLETE|FAILED ...``). Exit status: 0 when no section failed (sections and cases skipped or not checked
+are listed; PASSED only when every section passed in full); 1 when a section failed or the watchdog stopped the run;
+2 when there is no CUDA GPU (one line on stderr, nothing run); 3 with ``--strict`` when nothing failed but an
+estimate error (step_memory: estimate vs measured peak) is over 10 %, no estimate was checked at all (step_memory
+requested: a missing library counts here), an estimate assumed another attention backend than the one that ran, or a
+section or case was skipped for a reason other than a missing optional library (sections not checked for a missing
+library do not fail ``--strict`` otherwise).
 """
 from __future__ import annotations
 
@@ -64,6 +72,7 @@ import dataclasses
 import datetime as _dt
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -111,18 +120,18 @@ from gpu_check_report import write_outputs
 SECTIONS: tuple[Section, ...] = (
     Section(1, "environment", "Environment and the hardware decisions", section_environment, min_s=3, cap_s=10),
     Section(2, "matmul", "Matmul speed: 4096² and 8192², float32, float16, bfloat16", section_matmul,
-            min_s=10, cap_s=30),
+            min_s=10, cap_s=25),
     Section(3, "mixed_precision", "Mixed-precision training loop (notebook 02)", section_mixed_precision,
-            min_s=8, cap_s=25),
+            min_s=8, cap_s=20),
     Section(4, "microbatch_sweep", "Micro-batch sweep on CUDA (notebook 03)", section_microbatch_sweep,
             min_s=5, cap_s=15),
-    Section(5, "step_memory", "Whole-step estimate vs measured peak, fp16 included; notebook 05's tricks",
-            section_step_memory, needs=("transformers", "peft"), min_s=40, cap_s=110),
-    Section(6, "qlora", "QLoRA on the offline stand-in, float16 compute included", section_qlora,
-            needs=("transformers", "peft", "accelerate", "bitsandbytes"), min_s=20, cap_s=40),
-    Section(7, "ddp", "gloo DDP after CUDA is initialised (notebook 03)", section_ddp, min_s=15, cap_s=30),
+    Section(5, "step_memory", "Whole-step estimate vs measured peak, fp16 and attention included; notebook 05's "
+            "tricks", section_step_memory, needs=("transformers",), min_s=40, cap_s=135),
+    Section(6, "qlora", "QLoRA on the offline stand-in (notebook 01b's loop), float16 compute included",
+            section_qlora, needs=("transformers", "peft", "accelerate", "bitsandbytes"), min_s=20, cap_s=40),
+    Section(7, "ddp", "gloo DDP after CUDA is initialised (notebook 03)", section_ddp, min_s=15, cap_s=22),
     Section(8, "trainer", "Memory-efficient TrainingArguments with the Trainer, fp16 included (notebook 05)",
-            section_trainer, needs=("transformers", "accelerate"), min_s=15, cap_s=32),
+            section_trainer, needs=("transformers", "accelerate"), min_s=15, cap_s=25),
 )
 
 
@@ -152,7 +161,7 @@ def build_plan(torch: Any, sections: Sequence[Section], budget_s: float, strict:
         planned.append({"number": s.number, "key": s.key, "title": s.title, "cap_s": s.cap_s, "min_s": s.min_s,
                         "needs": list(s.needs),
                         "not_checked": (not_checked_reason(missing, [why[n] for n in missing]) if missing else None),
-                        "cases": section_cases(s.key, native, found["bitsandbytes"] is None)})
+                        "cases": section_cases(s.key, native, found)})
     return {"machine": machine_summary(torch), "bf16_native": native, "budget_s": float(budget_s),
             "reserve_s": RESERVE_S, "planned_s": round(sum(p["cap_s"] for p in planned), 1), "strict": strict,
             "estimate_limit_pct": ESTIMATE_LIMIT_PCT, "measured_steps": MEASURED_STEPS,
@@ -223,12 +232,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def setup_environment() -> None:
-    """Offline and quiet, for this process and its children; course_utils importable in child processes."""
+def setup_environment(out_dir: Path | None = None) -> None:
+    """Offline and quiet, for this process and its children; course_utils importable in child processes. With
+    ``out_dir``, every file the run writes goes under it: temporary files (``TMPDIR``: the QLoRA build, the DDP
+    ranks' files), torch.compile's and Triton's caches (the stand-in and the Trainer's folders are given it too)."""
     os.environ.update(OFFLINE_ENV)
     path = os.environ.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    if out_dir is not None:
+        folders = {"TMPDIR": out_dir / "tmp", "TORCHINDUCTOR_CACHE_DIR": out_dir / "cache" / "inductor",
+                   "TRITON_CACHE_DIR": out_dir / "cache" / "triton"}
+        for name, folder in folders.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            os.environ[name] = str(folder)
+        tempfile.tempdir = None  # tempfile reads TMPDIR again
 
 
 def gpus_hidden(environ: dict[str, str] | None = None) -> bool:
@@ -354,9 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print(render_plan(build_plan(torch, args.section_list, args.budget_s, args.strict)), end="")
         return EXIT_OK
-    setup_environment()
     clock = Clock(float(args.budget_s))
     out_dir = Path(args.out).resolve()
+    setup_environment(out_dir)
     sections = plan_budget(args.section_list, clock.budget_s)
     results: dict[str, Any] = {
         "script": "scripts/gpu_check.py",

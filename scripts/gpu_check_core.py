@@ -315,15 +315,24 @@ def estimate_errors(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def strict_problems(records: Sequence[dict[str, Any]], limit_pct: float = ESTIMATE_LIMIT_PCT) -> list[str]:
-    """What fails --strict: estimate errors over ``limit_pct`` %, and sections or cases skipped for a reason
-    other than a missing optional library (those are "not checked") or a path this GPU does not have."""
+    """What fails --strict: estimate errors over ``limit_pct`` %, no estimate checked at all in a run that has the
+    step_memory section (whatever the reason: a missing library too), an estimate that assumed another attention
+    backend than the one that ran, and sections or cases skipped for a reason other than a missing optional library
+    (those are "not checked") or a path this GPU does not have."""
     if not isinstance(limit_pct, (int, float)) or isinstance(limit_pct, bool) or limit_pct <= 0:
         raise ValueError(f"limit_pct must be a positive number, got {limit_pct!r}")
     problems = []
-    for e in estimate_errors(records):
+    errors = estimate_errors(records)
+    for e in errors:
         if e.get("error_pct") is not None and abs(e["error_pct"]) > limit_pct:
             problems.append(f"{e['section']}: estimate error {e['error_pct']:+.1f} % for {e['case']} "
                             f"(over {limit_pct:g} %)")
+    if not errors and any(r["key"] == "step_memory" for r in records):
+        problems.append("step_memory: no estimate was checked against a measured peak")
+    for r in records:
+        for miss in r.get("data", {}).get("attention_mismatches", []):
+            problems.append(f"{r['key']}: {miss['case']}: the estimate assumed {miss['assumed']} attention, "
+                            f"{miss['ran']} ran")
     for r in records:
         if r["status"] in ("skipped", "pending", "running"):
             problems.append(f"{r['key']}: section {r['status']}: {r.get('reason') or 'no reason given'}")

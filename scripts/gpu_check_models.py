@@ -58,9 +58,10 @@ def quant_compute_dtype(model: Any) -> str:
 
 
 def qlora_run(ctx: Context, out: Outcome, case: dict[str, Any], choice: Any) -> list[Any]:
-    """One QLoRA case: 4-bit load with the case's compute dtype, LoRA, AdamW steps, generate; its table row."""
+    """One QLoRA case, notebook 01b's loop: 4-bit load with the case's compute dtype, LoRA (with peft's k-bit
+    preparation), AdamW steps of one ticket each with 01b's GradScaler (on for float16 compute), generate; its row."""
     torch = ctx.torch
-    from course_utils import lora, models
+    from course_utils import hardware, lora, models, tickets
 
     tag = case["compute_dtype"]
     free_memory(torch)
@@ -79,9 +80,10 @@ def qlora_run(ctx: Context, out: Outcome, case: dict[str, Any], choice: Any) -> 
               str(next(model.parameters()).device))
     model = lora.add_lora(model)
     trainable, total = lora.trainable_counts(model)
-    batches = models.training_batches(tokenizer, models.training_texts(), batch_size=4, max_length=32,
-                                      device=ctx.device)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
+    batches = [tickets.training_example(tokenizer, ticket, ctx.device)  # 01b's examples: one ticket per step
+               for ticket in tickets.load_tickets("train")[:QLORA_STEPS]]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda", enabled=hardware.needs_loss_scaling(getattr(torch, tag)))  # as 01b
     model.train()
     losses: list[float] = []
     t0 = time.monotonic()
@@ -90,11 +92,17 @@ def qlora_run(ctx: Context, out: Outcome, case: dict[str, Any], choice: Any) -> 
             out.skip_part(f"{tag}: training stopped after {step} steps: section time used up", "time")
             break
         loss = model(**batches[step % len(batches)]).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
         losses.append(float(loss.detach()))
     train_s = time.monotonic() - t0
+    out.check(f"{tag}: GradScaler {'on' if tag == 'float16' else 'off'}, as notebook 01b sets it",
+              scaler.is_enabled() == (tag == "float16"), f"enabled={scaler.is_enabled()}")
+    if scaler.is_enabled():
+        out.check(f"{tag}: the loss scale stayed usable", 0 < scaler.get_scale() < float("inf"),
+                  f"scale {scaler.get_scale():g}")
     text, gen_s = "", None
     if ctx.left() >= 3:
         t0 = time.monotonic()
@@ -106,6 +114,7 @@ def qlora_run(ctx: Context, out: Outcome, case: dict[str, Any], choice: Any) -> 
     layer_dtypes = sorted({str(getattr(m, "compute_dtype", None)).replace("torch.", "") for m in four_bit})
     out.data.setdefault("cases", []).append({
         "case": case["label"], "compute_dtype": compute, "layer_compute_dtypes": layer_dtypes,
+        "grad_scaler": scaler.is_enabled(), "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
         "linear4bit_layers": len(four_bit), "trainable": trainable, "total_params": total, "losses": losses,
         "text": text, "base_footprint_gb": base_footprint / 1e9, "footprint_gb": footprint / 1e9, "peak_gb": gb(peak),
         "load_seconds": load_s, "train_seconds": train_s, "generate_seconds": gen_s})
@@ -122,7 +131,8 @@ def section_qlora(ctx: Context, out: Outcome) -> None:
     """The stand-in in 4 bits + LoRA: 8 AdamW steps, then 10 generated tokens; float16 compute on every GPU."""
     from course_utils import hardware, hub, standin
 
-    choice = hub.ModelChoice(str(standin.ensure_standin()), True, "gpu_check always uses the offline stand-in")
+    folder = standin.ensure_standin(folder=ctx.out_dir / "standin")  # --out holds every file the check writes
+    choice = hub.ModelChoice(str(folder), True, "gpu_check always uses the offline stand-in")
     out.data["model"] = choice.label
     rows = []
     for case in qlora_cases(bool(hardware.bf16_native(ctx.device))):
@@ -131,8 +141,9 @@ def section_qlora(ctx: Context, out: Outcome) -> None:
             continue
         rows.append(qlora_run(ctx, out, case, choice))
         free_memory(ctx.torch)
-    out.table(f"QLoRA on {choice.label}", ["case", "4-bit load s", "footprint after load GB", "footprint with LoRA GB",
-                                           "trainable / all parameters", f"losses ({QLORA_STEPS} AdamW steps)",
+    out.table(f"QLoRA on {choice.label}, notebook 01b's loop", ["case", "4-bit load s", "footprint after load GB",
+                                                               "footprint with LoRA GB", "trainable / all parameters",
+                                                               f"losses ({QLORA_STEPS} AdamW steps, one ticket each)",
                                            "training s", "generate 10 tokens s", "peak allocated GB"], rows)
 
 
@@ -192,7 +203,8 @@ def trainer_arguments(tricks: Any, folder: str, device: str, case: dict[str, Any
 
 def trainer_run(ctx: Context, out: Outcome, tricks: Any, case: dict[str, Any], bitsandbytes: bool) -> list[Any]:
     """One Trainer case: its arguments, 2 steps with tricks.run_trainer_steps, the checks; its table row."""
-    folder = tempfile.mkdtemp(prefix="gpu-check-trainer-")
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="gpu-check-trainer-", dir=ctx.out_dir)
     tag = "fp16" if case["fp16"] else "bf16"
     try:
         args, changes = trainer_arguments(tricks, folder, ctx.device, case, bitsandbytes)

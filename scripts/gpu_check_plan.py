@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_check_core import MATMUL_DTYPES, MATMUL_SIZES, MEASURED_STEPS, STEP_SEQ
+from gpu_check_core import MATMUL_DTYPES, MATMUL_SIZES, MEASURED_STEPS, STANDIN_CONFIG, STEP_SEQ
 
 
 # --------------------------------------------------------------------------------------------
@@ -26,39 +26,82 @@ def plan_matmul(native: bool) -> list[dict[str, Any]]:
     return cases
 
 
+#: The optional libraries a step of each method needs beyond torch and transformers (full tuning needs none).
+METHOD_NEEDS = {"full": (), "full-bf16": (), "lora": ("peft",), "lora-bf16": ("peft",),
+                "qlora": ("peft", "bitsandbytes")}
+#: The long-sequence case's length: where the attention backend decides the peak (math keeps the s x s scores).
+LONG_SEQ = 1024
+
+
+def long_seq_batch(seq: int = LONG_SEQ) -> int:
+    """The largest batch (a power of two up to 32) whose LoRA step at ``seq`` tokens with 16-bit autocast fits a T4
+    by the estimate (within 90 % of its usable memory; with the math attention a T4 gets), at least 1."""
+    from course_utils import datasheets, memory
+    from course_utils import step_memory as sm
+
+    t4 = datasheets.lookup("T4")
+    fits = [batch for batch in (1, 2, 4, 8, 16, 32)
+            if memory.step_verdict(sm.estimate_step(STANDIN_CONFIG, method="lora", batch=batch, seq=seq, autocast=True,
+                                                    device="cuda", capability=t4.capability).peak_gb,
+                                   t4.usable_gb) == "fits"]
+    return max(fits, default=1)
+
+
+def _step(label: str, method: str, batch: int, seq: int = STEP_SEQ, **more: Any) -> dict[str, Any]:
+    """A planned measure_training_step case (``more``: autocast, and the flags fp16 and forced)."""
+    return {"label": label, "method": method, "batch": batch, "seq": seq, "steps": MEASURED_STEPS, "fp16": False,
+            "forced": False, **more, "needs": list(METHOD_NEEDS[method])}
+
+
 def step_cases(native: bool) -> list[dict[str, Any]]:
-    """measure_training_step's cases in step_memory: LoRA/full x batch 1/4/8, then fp16 autocast + GradScaler."""
-    cases = [{"label": f"{method} batch {batch}", "method": method, "batch": batch, "seq": STEP_SEQ,
-              "steps": MEASURED_STEPS, "fp16": False, "forced": False}
-             for method in ("lora", "full") for batch in (1, 4, 8)]
+    """measure_training_step's cases in step_memory: LoRA/full x batch 1/4/8; fp16 autocast + GradScaler; the 16-bit
+    and 4-bit bases (full-bf16, lora-bf16, qlora); LoRA at seq 1,024, batch as large as a T4 fits by the estimate.
+    Each lists the optional libraries it needs (``needs``): without them it is "not checked"."""
+    cases = [_step(f"{method} batch {batch}", method, batch) for method in ("lora", "full") for batch in (1, 4, 8)]
     why = "forced: the T4 branch on this GPU" if native else "this GPU's 16-bit dtype"
-    cases += [{"label": f"{method} batch 4, fp16 autocast + GradScaler ({why})", "method": method, "batch": 4,
-               "seq": STEP_SEQ, "steps": MEASURED_STEPS, "autocast": "fp16", "fp16": True, "forced": native}
-              for method in ("lora", "full")]
+    cases += [_step(f"{method} batch 4, fp16 autocast + GradScaler ({why})", method, 4, autocast="fp16", fp16=True,
+                    forced=native) for method in ("lora", "full")]
+    cases += [_step("full-bf16 batch 4 (every weight and state in bfloat16)", "full-bf16", 4),
+              _step("lora-bf16 batch 4 (the base in this GPU's 16-bit dtype)", "lora-bf16", 4),
+              _step("qlora batch 4 (4-bit NF4 base, notebook 01b's recipe)", "qlora", 4)]
+    from course_utils import step_memory as sm
+
+    batch = long_seq_batch()
+    here = sm.estimate_step(STANDIN_CONFIG, method="lora", batch=batch, seq=LONG_SEQ, autocast=True, device="cuda")
+    cases.append(_step(f"lora batch {batch} x seq {LONG_SEQ}, 16-bit autocast (the largest batch a T4 fits by the "
+                       f"estimate; the estimate assumes {here.attention.backend} attention on this GPU)", "lora", batch,
+                       seq=LONG_SEQ, autocast="auto", long_seq=True))
     return cases
+
+
+def missing_library(case: dict[str, Any], found: dict[str, str | None]) -> str | None:
+    """The first optional library ``case`` needs that is not importable here (``found``: name -> problem or None)."""
+    return next((name for name in case.get("needs", ()) if found.get(name)), None)
 
 
 def case_kwargs(case: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of measure_training_step in a planned case (its label and flags left out)."""
-    return {k: v for k, v in case.items() if k not in ("label", "fp16", "forced")}
+    return {k: v for k, v in case.items() if k not in ("label", "fp16", "forced", "needs", "long_seq")}
 
 
 def trick_plan(bitsandbytes: bool) -> tuple[dict[str, Any], list[str]]:
-    """tricks.measure_tricks' base step (full, batch 4, 3 measured steps) and its in-process tricks."""
+    """tricks.measure_tricks' base step (full, batch 4, 3 measured steps: torch and transformers only) and its
+    in-process tricks, in notebook 05's order (8-bit AdamW only with bitsandbytes)."""
     base = {"method": "full", "batch": 4, "seq": STEP_SEQ, "steps": MEASURED_STEPS}
-    keys = ["baseline", "checkpointing"] + (["adamw8bit"] if bitsandbytes else [])
+    keys = ["baseline", "checkpointing", "bf16"] + (["adamw8bit"] if bitsandbytes else []) + ["accumulation"]
     return base, keys
 
 
 def qlora_cases(native: bool) -> list[dict[str, Any]]:
-    """The QLoRA runs: the GPU's own compute dtype; on Ampere+ also float16 compute (the T4 branch)."""
+    """The QLoRA runs of notebook 01b's loop: the GPU's own compute dtype; on Ampere+ also float16 compute with its
+    GradScaler (the T4 branch)."""
     if not native:
-        return [{"label": "4-bit, float16 compute (this GPU's 16-bit dtype: the T4 branch)",
-                 "compute_dtype": "float16", "fp16": True, "forced": False}]
-    return [{"label": "4-bit, bfloat16 compute (this GPU's 16-bit dtype)", "compute_dtype": "bfloat16",
-             "fp16": False, "forced": False},
-            {"label": "4-bit, float16 compute (forced: the T4 branch on this GPU)", "compute_dtype": "float16",
-             "fp16": True, "forced": True}]
+        return [{"label": "4-bit, float16 compute + GradScaler, notebook 01b's loop (this GPU's 16-bit dtype: the T4 "
+                          "branch)", "compute_dtype": "float16", "fp16": True, "forced": False}]
+    return [{"label": "4-bit, bfloat16 compute, notebook 01b's loop (this GPU's 16-bit dtype)",
+             "compute_dtype": "bfloat16", "fp16": False, "forced": False},
+            {"label": "4-bit, float16 compute + GradScaler, notebook 01b's loop (forced: the T4 branch on this GPU)",
+             "compute_dtype": "float16", "fp16": True, "forced": True}]
 
 
 def trainer_cases(native: bool) -> list[dict[str, Any]]:
@@ -75,20 +118,25 @@ def plain_case(label: str) -> dict[str, Any]:
     return {"label": label, "fp16": False, "forced": False}
 
 
-def section_cases(key: str, native: bool, bitsandbytes: bool) -> list[dict[str, Any]]:
-    """What section ``key`` runs on a GPU with (or without) native bfloat16, as planned cases."""
+def section_cases(key: str, native: bool, found: dict[str, str | None]) -> list[dict[str, Any]]:
+    """What section ``key`` runs on a GPU with (or without) native bfloat16, as planned cases; ``found``: each
+    optional library's problem (None: importable). A case whose library is missing says "not checked"."""
     if key == "matmul":
         return plan_matmul(native) + [{**plain_case("4096x4096 float16 with precision.time_matmul (the lessons' "
                                                     "helper)"), "fp16": True}]
     if key == "step_memory":
-        base, keys = trick_plan(bitsandbytes)
-        cases = step_cases(native)
+        base, keys = trick_plan(found.get("bitsandbytes") is None)
+        cases = []
+        for case in step_cases(native):
+            lib = missing_library(case, found)
+            cases.append({**case, "label": f"{case['label']}: not checked: {lib} missing"} if lib else case)
         cases += [{**plain_case(f"trick {k}: full batch 4, {base['steps']} measured steps"), "steps": base["steps"],
                    "trick": k} for k in keys]
         cases.append({**plain_case(f"trick compile: full batch 4, {base['steps']} measured steps, in a bounded "
-                                   "child process started first"), "steps": base["steps"], "trick": "compile"})
-        if not bitsandbytes:
-            cases.append(plain_case("trick adamw8bit: not checked: no bitsandbytes"))
+                                   "child process after the in-process cases"), "steps": base["steps"],
+                      "trick": "compile"})
+        if found.get("bitsandbytes"):
+            cases.append(plain_case("trick adamw8bit: not checked: bitsandbytes missing"))
         return cases
     if key == "qlora":
         return qlora_cases(native)

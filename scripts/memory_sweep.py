@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_info, beside
 
 from course_utils import sweeps  # noqa: E402 - after the path line above
 from course_utils.hardware import as_device  # noqa: E402 - after the path line above
-from course_utils.measure import measure_training_steps  # noqa: E402 - after the path line above
+from course_utils.measure import Skipped, measure_training_steps  # noqa: E402 - after the path line above
 from course_utils.memory import METHODS  # noqa: E402 - after the path line above
 from machine_info import cpu_info  # noqa: E402 - after the path line above
 
@@ -83,8 +83,8 @@ def run_cases(config: str, todo: list[dict[str, Any]], device: Any, timeout_s: f
     """Measure ``todo`` on ``device`` (one child process on a CPU, a fresh fork per case); their stored rows."""
     rows = []
     for case, m in zip(todo, measure_training_steps(config, todo, device=device, timeout_s=timeout_s)):
-        if isinstance(m, Exception):
-            rows.append({"step": case, "error": str(m).strip().splitlines()[-1][:200]})
+        if isinstance(m, Skipped):
+            rows.append({"step": case, "error": m.reason.strip().splitlines()[-1][:200]})
         else:
             rows.append({"step": case, "measured": m.to_dict()})
     return rows

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite on the OLDEST supported stack (requirements-floor.txt: transformers 4.57, ...), in its own venv.
 # Notebooks run top to bottom with --nbval-lax: execution errors fail, outputs are not compared (the committed
-# outputs come from requirements.txt). Offline, CPU only, bounded in time. Extra arguments go to pytest.
+# outputs come from requirements.txt); notebook 01b runs twice, with the packaged copy and with the stand-in.
+# Offline, CPU only, bounded in time (each run). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${COURSE_FLOOR_VENV:-.venv-floor}"
@@ -18,4 +19,21 @@ export PATH="$PWD/$VENV/bin:$PATH"
 # pyproject's addopts, with --nbval-lax instead of --nbval.
 ADDOPTS="--nbval-lax --nbval-current-env --nbval-sanitize-with=tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider"
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
-bounded "$VENV/bin/python" -m pytest -o addopts="$ADDOPTS" "$@"
+# Notebook 01b runs once per model a machine without the Hub can have: the packaged copy (converted by
+# install.sh, chosen by default) in the run below, then the stand-in (random weights), named by COURSE_MODEL_SOURCE.
+NB01B=notebooks/01b_real_models_qlora.ipynb
+OPTIONS=(); STANDIN_RUN=yes   # test paths given: the stand-in run only if one of them holds 01b
+for arg in "$@"; do [ -e "${arg%%::*}" ] && { STANDIN_RUN=no; break; }; done
+for arg in "$@"; do
+  path="${arg%%::*}"; path="${path%/}"
+  if [ ! -e "$path" ]; then OPTIONS+=("$arg")   # an option: it goes to both runs
+  elif [ "$NB01B" = "$path" ] || [ "${NB01B#"$path"/}" != "$NB01B" ]; then STANDIN_RUN=yes; fi
+done
+status=0
+bounded "$VENV/bin/python" -m pytest -o addopts="$ADDOPTS" "$@" || status=$?
+if [ "$STANDIN_RUN" = yes ]; then
+  echo "notebook 01b again, with the stand-in (COURSE_MODEL_SOURCE=standin):"
+  COURSE_MODEL_SOURCE=standin bounded "$VENV/bin/python" -m pytest -o addopts="$ADDOPTS" \
+    ${OPTIONS[@]+"${OPTIONS[@]}"} "$NB01B" || status=$?
+fi
+exit "$status"

@@ -1,7 +1,10 @@
 """Simulated devices for testing CUDA (and Apple MPS) code paths on a machine without a GPU.
 
 ``simulate(monkeypatch, "T4")`` patches ``torch.cuda``'s *query* functions (availability, count, name,
-capability, properties, free/total memory, bf16 support) to answer like a real GPU. Nothing can be
+capability, properties, free/total memory, bf16 support) to answer like a real GPU; ``count=2`` makes a machine
+with two of them (Kaggle's 2xT4). The simulated machine starts with every GPU visible (``CUDA_VISIBLE_DEVICES`` is
+cleared for the test), and ``device_count()`` honours ``CUDA_VISIBLE_DEVICES`` set afterwards, as CUDA does when it
+starts: ``"0"`` leaves one GPU, ``""`` none. Nothing can be
 computed on the simulated GPU: this CPU build of torch raises at the first CUDA allocation, which is
 exactly where a simulated test must stop. Tests use it to check *decisions* (device, dtype, loss
 scaling, which estimate is compared with which measurement), never results.
@@ -11,6 +14,8 @@ total memory as ``get_device_properties`` reports them on Colab/cloud machines.
 """
 from __future__ import annotations
 
+import os
+import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -56,8 +61,21 @@ EXTRA_PROFILES: dict[str, Profile] = {
 }
 
 
-def _check_index(device: object = None) -> int:
-    """Simulated machines have one GPU: accept None, 0, 'cuda', 'cuda:0' or torch.device('cuda', 0)."""
+def visible_count(count: int) -> int:
+    """How many of ``count`` GPUs CUDA would show under the current ``CUDA_VISIBLE_DEVICES`` (unset: all of them)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return count
+    shown = 0
+    for entry in value.split(","):  # CUDA stops at the first entry that names no device
+        if not entry.strip().isdigit() or int(entry) >= count:
+            break
+        shown += 1
+    return shown
+
+
+def _check_index(device: object = None, count: int = 1) -> int:
+    """Accept None, an index below ``count``, 'cuda', 'cuda:N' or torch.device('cuda', N); raise like torch else."""
     if device is None:
         return 0
     if isinstance(device, int):
@@ -69,46 +87,71 @@ def _check_index(device: object = None) -> int:
         if dev.type != "cuda":
             raise ValueError(f"Expected a cuda device, but got: {dev}")
         index = 0 if dev.index is None else dev.index
-    if index != 0:
-        raise AssertionError(f"Invalid device id {index}: the simulated machine has one GPU")
+    if not 0 <= index < count:
+        raise AssertionError(f"Invalid device id {index}: the simulated machine shows {count} GPU(s)")
     return index
 
 
-def simulate(monkeypatch: pytest.MonkeyPatch, key: str, *, free_fraction: float = 0.97) -> Profile:
-    """Make ``torch.cuda`` (and ``torch.backends.mps``) answer like the device ``key`` of :data:`PROFILES`
+@functools.cache
+def _import_cuda_probing_libraries() -> None:
+    """Import, on the real CPU, the libraries that probe CUDA while they import (bitsandbytes, and transformers'
+    TrainingArguments, which pulls in accelerate). Imported first under a simulated GPU, they call CUDA internals
+    this CPU build lacks and stay half-imported for every later test of the session, so that a test's result
+    would depend on which tests ran before it."""
+    from course_utils.quiet import import_bitsandbytes, quiet_libraries
+
+    import_bitsandbytes()
+    with quiet_libraries():
+        import transformers
+
+        transformers.TrainingArguments  # noqa: B018 - the lazy import happens here
+
+
+def simulate(monkeypatch: pytest.MonkeyPatch, key: str, *, free_fraction: float = 0.97, count: int = 1) -> Profile:
+    """Make ``torch.cuda`` (and ``torch.backends.mps``) answer like ``count`` devices ``key`` of :data:`PROFILES`
     (or :data:`EXTRA_PROFILES`)."""
+    _import_cuda_probing_libraries()
     prof = PROFILES[key] if key in PROFILES else EXTRA_PROFILES[key]
     cuda = prof.is_cuda
+    if count < 1 or (count > 1 and not cuda):
+        raise ValueError(f"count must be 1, or more for a CUDA profile; got {count} for {key}")
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: key == "MPS")
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: key == "MPS")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
+    if cuda:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # recorded, so that the test's end restores the value
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda and visible_count(count) > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible_count(count) if cuda else 0)
     if not cuda:
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
         return prof
 
     def name(device: object = None) -> str:
-        _check_index(device)
+        _check_index(device, visible_count(count))
         return prof.name
 
     def capability(device: object = None) -> tuple[int, int]:
-        _check_index(device)
+        _check_index(device, visible_count(count))
         return prof.capability
 
     def properties(device: object = None) -> SimpleNamespace:
-        _check_index(device)
+        _check_index(device, visible_count(count))
         return SimpleNamespace(name=prof.name, major=prof.capability[0], minor=prof.capability[1],
                                total_memory=prof.total_memory, multi_processor_count=prof.multi_processor_count)
 
     def mem_get_info(device: object = None) -> tuple[int, int]:
-        _check_index(device)
+        _check_index(device, visible_count(count))
         return int(prof.total_memory * free_fraction), prof.total_memory
+
+    def select(device: object) -> None:  # torch.cuda.set_device: checks the index, allocates nothing
+        _check_index(device, visible_count(count))
 
     monkeypatch.setattr(torch.cuda, "get_device_name", name)
     monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", select)
     # Every CUDA GPU answers True here, a T4 included (emulation): the course must not rely on it.
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     return prof

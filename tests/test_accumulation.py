@@ -254,7 +254,7 @@ def test_sweep_rows() -> None:
     assert rows[1].max_difference == 0.0
     table = acc.sweep_table(rows, measured=False)
     assert table.splitlines()[1].split() == ["8", "8", "True"]
-    assert "time (ms)" in acc.sweep_table(rows)
+    assert acc.sweep_table(rows).splitlines()[0].split()[-1] == "time"
     summary = acc.micro_batch_summary(rows, 8, budget_bytes=rows[0].activation_bytes)
     assert "micro-batch 8 x 8 accumulation steps = batch of 64" in summary
     assert "12% of micro-batch 64's" in summary
@@ -288,6 +288,8 @@ def test_sizes_in_the_text_use_the_course_units() -> None:
     assert "activation memory: 13.3 KB" in summary
     assert "room for 2.50 GB of activations: yes" in summary
     assert "852.0 KB" in acc.sweep_table(rows)
+    assert "time for the 64 examples: 10 ms (10.0x micro-batch 64's)" in summary  # units.format_seconds
+    assert acc.sweep_table(rows).splitlines()[1].endswith(" 10 ms") and acc.sweep_table(rows).endswith(" 1.0 ms")
 
 
 # ---------------------------------------------------------------------------------------------

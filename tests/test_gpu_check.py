@@ -326,7 +326,8 @@ def test_budget_default_help_and_docstring(capsys):
     assert "default 300" in text and "over 10 %" in text
     doc = " ".join(gc.__doc__.split())
     for words in ("300 s", "--strict", "Exit status", "8192x8192", "blocked_autorange", "not checked: no <library>",
-                  "fp16=True", "float16 compute", "3 measured steps", "ended with the run"):
+                  "fp16=True", "float16 compute", "3 timed steps", "ended with the run", "after the in-process cases",
+                  "not checked: <package> missing", "no estimate was checked", "1,024 tokens", "GradScaler"):
         assert words in doc, words
 
 
@@ -368,7 +369,7 @@ def test_missing_library_is_not_checked_and_does_not_fail_strict():
     records = [_rec("matmul"), _rec("qlora", "not checked", "not checked: no bitsandbytes (bitsandbytes is not "
                                     "installed)"),
                _rec("step_memory", partial=[{"what": "8-bit AdamW not measured", "kind": "library",
-                                             "library": "bitsandbytes"}])]
+                                             "library": "bitsandbytes"}], errors=[("full batch 1", 2.0)])]
     assert gc.exit_status(records, strict=True) == 0
     assert gc_core.strict_problems(records) == []
     assert gc_core.not_checked(records) == ["qlora: not checked: no bitsandbytes (bitsandbytes is not installed)",
@@ -385,7 +386,10 @@ def test_missing_library_is_not_checked_and_does_not_fail_strict():
 @pytest.mark.parametrize("record", [
     _rec("ddp", "skipped", "torch.distributed is not available"),
     _rec("trainer", "skipped", "time budget nearly spent: 3 s left"),
-    _rec("step_memory", partial=[{"what": "torch.compile not measured: 12 s left", "kind": "time", "library": None}]),
+    _rec("step_memory", partial=[{"what": "torch.compile not measured: 12 s left", "kind": "time", "library": None}],
+         errors=[("full batch 1", 2.0)]),
+    _rec("step_memory", partial=[{"what": "lora batch 1: not checked: peft missing", "kind": "library",
+                                  "library": "peft"}]),  # nothing else measured: no estimate was checked
 ])
 def test_another_skip_fails_strict(record):
     records = [_rec("matmul"), record]
@@ -395,6 +399,15 @@ def test_another_skip_fails_strict(record):
     summary = gc.summarize({"sections": records, "strict": True, "exit_status": 3})
     assert summary["word"] == "FAILED (--strict)" and "exit status 3" in summary["line"]
     assert gc.summarize({"sections": records, "strict": False, "exit_status": 0})["word"] == "INCOMPLETE"
+
+
+def test_strict_fails_when_the_estimate_assumed_another_attention_backend():
+    record = _rec("step_memory") | {"data": {
+        "estimate_errors": [{"case": "full batch 1", "error_pct": 2.0}],
+        "attention_mismatches": [{"case": "full batch 1", "ran": "math", "assumed": "efficient"}]}}
+    assert gc_core.strict_problems([record]) == [
+        "step_memory: full batch 1: the estimate assumed efficient attention, math ran"]
+    assert gc.exit_status([record]) == 0 and gc.exit_status([record], strict=True) == gc_core.EXIT_STRICT
 
 
 def test_summary_line_passed_only_when_everything_passed():
@@ -423,7 +436,7 @@ def _fake_main_sections():
 def test_main_exit_codes_strict_and_summary_on_a_simulated_gpu(monkeypatch, tmp_path, capsys):
     simulate(monkeypatch, "H100")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    patch_check(monkeypatch, "setup_environment", lambda: None)
+    patch_check(monkeypatch, "setup_environment", lambda out_dir=None: None)
     patch_check(monkeypatch, "SECTIONS", _fake_main_sections())
     patch_check(monkeypatch, "requirement_problem", lambda name: f"{name} is not installed")
     ended = []
@@ -489,8 +502,78 @@ def test_dry_run_lists_sections_not_checked_for_a_missing_library(monkeypatch):
     sections, _ = _plan(monkeypatch, "H200", bitsandbytes=False)
     assert sections["qlora"]["not_checked"].startswith("not checked: no bitsandbytes")
     assert sections["step_memory"]["not_checked"] is None
-    assert "trick adamw8bit: not checked: no bitsandbytes" in [c["label"] for c in sections["step_memory"]["cases"]]
+    labels = [c["label"] for c in sections["step_memory"]["cases"]]
+    assert "trick adamw8bit: not checked: bitsandbytes missing" in labels
+    assert "qlora batch 4 (4-bit NF4 base, notebook 01b's recipe): not checked: bitsandbytes missing" in labels
     assert "adamw8bit" not in [c.get("trick") for c in sections["step_memory"]["cases"]]
+
+
+def test_dry_run_without_peft_plans_the_estimates_and_tricks(monkeypatch, capsys, tmp_path):
+    """torch and transformers alone check full tuning, the tricks and compile; LoRA cases are "not checked"."""
+    simulate(monkeypatch, "H200")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "peft", None)  # "import peft" fails, as where it is not installed
+    assert gc_core.requirement_problem("peft") == "peft is not installed"
+    assert gc.main(["--dry-run", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    step_memory = out[out.index("## 5."):out.index("## 6.")]
+    assert "**not checked" not in step_memory
+    for label in ("- full batch 1", "- full batch 4, fp16 autocast + GradScaler", "- full-bf16 batch 4",
+                  "- trick baseline", "- trick checkpointing", "- trick bf16", "- trick accumulation",
+                  "- trick compile", "- lora batch 1: not checked: peft missing",
+                  "- qlora batch 4 (4-bit NF4 base, notebook 01b's recipe): not checked: peft missing"):
+        assert label in step_memory, label
+    qlora = out[out.index("## 6."):out.index("## 7.")]
+    assert "not checked: no peft" in qlora
+
+
+def test_strict_fails_when_no_estimate_was_checked(monkeypatch, tmp_path, capsys):
+    simulate(monkeypatch, "H200")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    patch_check(monkeypatch, "setup_environment", lambda out_dir=None: None)
+    patch_check(monkeypatch, "end_children", lambda grace_s=3.0, root=None: [])
+    patch_check(monkeypatch, "SECTIONS", (gc.Section(5, "step_memory", "Estimates", lambda c, o: None, min_s=0,
+                                                     cap_s=5),))
+    assert gc.main(["--out", str(tmp_path / "plain")]) == 0  # without --strict: INCOMPLETE is still exit 0
+    assert gc.main(["--strict", "--out", str(tmp_path / "strict")]) == gc_core.EXIT_STRICT
+    assert "step_memory: no estimate was checked against a measured peak" in capsys.readouterr().out
+
+
+def test_setup_environment_keeps_every_file_under_out(monkeypatch, tmp_path):
+    import tempfile
+
+    for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONPATH", *gc_core.OFFLINE_ENV):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])  # restored after the test
+        else:
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    gc.setup_environment(tmp_path / "out")
+    assert tempfile.gettempdir() == str(tmp_path / "out" / "tmp")
+    for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert Path(os.environ[name]).is_relative_to(tmp_path / "out") and Path(os.environ[name]).is_dir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+
+def test_long_sequence_case_fits_a_t4_by_the_estimate(monkeypatch):
+    from course_utils import datasheets, memory
+    from course_utils import step_memory as sm
+
+    batch = gc_plan.long_seq_batch()
+    t4 = datasheets.lookup("T4")
+
+    def verdict(b):
+        est = sm.estimate_step("smollm2-135m", method="lora", batch=b, seq=1024, autocast=True, device="cuda",
+                               capability=t4.capability)
+        return memory.step_verdict(est.peak_gb, t4.usable_gb), est.attention.backend
+
+    assert verdict(batch) == ("fits", "math") and verdict(2 * batch)[0] != "fits"
+    simulate(monkeypatch, "H200")
+    (case,) = [c for c in gc_plan.step_cases(True) if c.get("long_seq")]
+    assert (case["method"], case["batch"], case["seq"], case["autocast"]) == ("lora", batch, 1024, "auto")
+    present = sm.estimate_step("smollm2-135m", method="lora", batch=batch, seq=1024, autocast=True, device="cuda")
+    assert present.attention.backend == "flash"  # the estimate uses the backend this card (sm90) gets
 
 
 def test_h200_profile_and_datasheet(monkeypatch):
@@ -607,19 +690,23 @@ def _measurement(**kw):
                            **kw)
 
 
-def _run_step_memory(monkeypatch, key="H100", trick_rows=None):
+def _run_step_memory(monkeypatch, key="H100", trick_rows=None, problems=None):
     from course_utils import measure, tricks
 
     simulate(monkeypatch, key)
-    calls, trick_calls = [], []
+    calls, trick_calls, order = [], [], []
 
     def fake_step(config, device=None, **kwargs):
         calls.append(kwargs)
+        order.append("case")
         autocast = {"fp16": "float16"}.get(kwargs.get("autocast"))
-        return _measurement(steps=kwargs["steps"], autocast=autocast)
+        m = _measurement(steps=kwargs["steps"], autocast=autocast)
+        m.extra["attention"] = "flash" if kwargs["seq"] == 1024 else "efficient"
+        return m
 
     def fake_tricks(config, base, keys, **kwargs):
         trick_calls.append((dict(base), list(keys), kwargs))
+        order.append("compile" if keys == ["compile"] else "tricks")
         rows = []
         for k in keys:
             if trick_rows and k in trick_rows:
@@ -635,35 +722,47 @@ def _run_step_memory(monkeypatch, key="H100", trick_rows=None):
     monkeypatch.setattr(measure, "measure_training_step", fake_step)
     monkeypatch.setattr(tricks, "measure_tricks", fake_tricks)
     patch_check(monkeypatch, "free_memory", lambda torch_: None)
-    patch_check(monkeypatch, "requirement_problem", lambda name: None)
+    patch_check(monkeypatch, "requirement_problem", lambda name: (problems or {}).get(name))
     errors = {("full", 8): 2.3e9}  # 15 % over: --strict must fail on it
     patch_check(monkeypatch, "cuda_estimate", lambda sm, kw, base: SimpleNamespace(
-        peak_bytes=int(errors.get((kw["method"], kw["batch"]), 2.05e9)), peak_moment="backward"))
+        peak_bytes=int(errors.get((kw["method"], kw["batch"]), 2.05e9)), peak_moment="backward",
+        attention=SimpleNamespace(backend="flash" if kw["seq"] == 1024 else "efficient")))
     ctx = _ctx(300)
     ctx.torch = torch
     section = next(s for s in gc.SECTIONS if s.key == "step_memory")
-    return gc.run_section(section, ctx, problem=lambda name: None), calls, trick_calls
+    return gc.run_section(section, ctx, problem=lambda name: None), calls, trick_calls, order
 
 
 def test_step_memory_measures_3_steps_per_case_and_trick_with_fp16(monkeypatch):
-    rec, calls, trick_calls = _run_step_memory(monkeypatch)
+    rec, calls, trick_calls, order = _run_step_memory(monkeypatch)
     assert rec["status"] == "passed", rec["reason"]
-    assert len(calls) == 8 and all(c["steps"] == gc.MEASURED_STEPS == 3 for c in calls)
+    assert len(calls) == 12 and all(c["steps"] == gc.MEASURED_STEPS == 3 for c in calls)
+    assert {c["method"] for c in calls} == {"lora", "full", "full-bf16", "lora-bf16", "qlora"}
+    long = [c for c in calls if c["seq"] == 1024]
+    assert len(long) == 1 and long[0]["method"] == "lora" and long[0]["batch"] == gc_plan.long_seq_batch()
+    assert order == ["case"] * 12 + ["tricks", "compile"]  # compile's child after the timed in-process steps
     fp16 = [c for c in calls if c.get("autocast") == "fp16"]
     assert [(c["method"], c["batch"]) for c in fp16] == [("lora", 4), ("full", 4)]
     assert any("float16 autocast with loss scaling" in c["check"] for c in rec["checks"])
     in_process = [t for t in trick_calls if "compile" not in t[1]]
     compiled = [t for t in trick_calls if t[1] == ["compile"]]
-    assert in_process[0][1] == ["baseline", "checkpointing", "adamw8bit"] and in_process[0][0]["steps"] == 3
+    assert in_process[0][1] == ["baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"]
+    assert in_process[0][0]["steps"] == 3
     assert compiled and compiled[0][0]["steps"] == 3 and compiled[0][2]["compile_timeout_s"] >= gc_memory.COMPILE_MIN_S
     data = rec["data"]
-    assert [t["key"] for t in data["tricks"]] == ["baseline", "checkpointing", "adamw8bit", "compile"]
+    assert [t["key"] for t in data["tricks"]] == ["baseline", "checkpointing", "bf16", "adamw8bit", "accumulation",
+                                                  "compile"]
     first = data["tricks"][0]
     assert {"optimizer_bytes", "saved_activations_bytes", "estimate_moment", "trained_params", "skipped",
             "verdict", "mode", "error_pct"} <= set(first)  # TrickResult's own fields, not copied by hand
     assert first["measurement"]["steps"] == 3 and first["measurement"]["what"] == "CUDA allocator peak"
     assert data["estimate_vs_measured"][0]["measurement"]["steps"] == 3
-    assert len(data["estimate_errors"]) == 8 + 3  # compile is not modelled by the estimate
+    assert len(data["estimate_errors"]) == 12 + 5  # compile is not modelled by the estimate
+    cases_table, tricks_table = rec["tables"]
+    assert "allocator baseline GB" not in cases_table["columns"] + tricks_table["columns"]  # 0 by construction
+    ran, assumed = (cases_table["columns"].index(c) for c in ("attention ran", "estimate assumes"))
+    assert {(row[ran], row[assumed]) for row in cases_table["rows"]} == {("efficient", "efficient"), ("flash", "flash")}
+    assert "attention_mismatches" not in data and all("attention_ran" in t for t in data["tricks"])
     problems = gc_core.strict_problems([rec])
     assert len(problems) == 1 and "full batch 8" in problems[0] and "+15.0 %" in problems[0]
     assert gc.exit_status([rec]) == 0 and gc.exit_status([rec], strict=True) == gc_core.EXIT_STRICT
@@ -672,7 +771,7 @@ def test_step_memory_measures_3_steps_per_case_and_trick_with_fp16(monkeypatch):
 def test_step_memory_skipped_trick_rows_do_not_raise(monkeypatch):
     rows = {"checkpointing": "skipped: the step failed (CUDA out of memory)",
             "compile": "skipped: did not finish within its 90 s budget on this machine"}
-    rec, _, _ = _run_step_memory(monkeypatch, trick_rows=rows)
+    rec, _, _, _ = _run_step_memory(monkeypatch, trick_rows=rows)
     assert rec["status"] == "failed" and "trick checkpointing: measured" in rec["reason"]
     assert [p["kind"] for p in rec["partial"]] == ["time"] and "compile" in rec["partial"][0]["what"]
 
@@ -839,14 +938,18 @@ def test_end_children_arguments():
         gc.end_children(grace_s=-1)
 
 
-def test_background_gives_the_result_or_the_error():
-    assert gc_memory.Background(lambda: 42).start().join(5) == 42
-    with pytest.raises(KeyError):
-        gc_memory.Background(lambda: {}["x"]).start().join(5)
-    slow = gc_memory.Background(lambda: time.sleep(0.5)).start()
-    with pytest.raises(TimeoutError):
-        slow.join(0.01)
-    assert slow.join(5) is None
+def test_step_memory_without_peft_measures_full_tuning_and_the_tricks(monkeypatch):
+    problems = {"peft": "peft is not installed", "bitsandbytes": "bitsandbytes is not installed"}
+    rec, calls, trick_calls, _ = _run_step_memory(monkeypatch, problems=problems)
+    assert rec["status"] == "passed", rec["reason"]
+    assert {c["method"] for c in calls} == {"full", "full-bf16"} and len(calls) == 5
+    assert trick_calls[0][1] == ["baseline", "checkpointing", "bf16", "accumulation"]
+    assert trick_calls[1][1] == ["compile"]
+    libs = [(p["library"], p["what"]) for p in rec["partial"]]
+    assert all(p["kind"] == "library" for p in rec["partial"])
+    assert ("peft", "lora batch 1: not checked: peft missing (peft is not installed)") in libs
+    assert any(lib == "bitsandbytes" and what.startswith("trick adamw8bit: not checked") for lib, what in libs)
+    assert rec["data"]["estimate_errors"] and gc_core.not_checked([rec])
 
 
 # --------------------------------------------------------------------------------------------

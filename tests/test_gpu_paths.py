@@ -213,7 +213,7 @@ def test_setup_cell_fails_with_one_clear_message(monkeypatch: pytest.MonkeyPatch
     (message,) = err._render_traceback_()  # what Jupyter shows: one message, no traceback
     assert "could not install the course helpers" in message and about.SOURCE_ENV in message
     assert "Could not find a version" in message
-    assert len(pip.calls) == 1  # stopped: nothing else was attempted
+    assert len(pip.calls) == 2  # the tag, then the main branch; stopped: nothing else was attempted
 
 
 def test_setup_cell_reports_versions_out_of_range(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

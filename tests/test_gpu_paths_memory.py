@@ -207,9 +207,15 @@ def test_training_arguments_are_built_from_the_plan(any_device: Profile, monkeyp
     assert built.get("use_cpu", False) == (not any_device.is_cuda)
 
 
-def test_real_training_arguments_stop_at_the_first_cuda_call(cuda_device: Profile, tmp_path) -> None:
-    with pytest.raises(CUDA_REFUSED):
-        tricks.memory_efficient_training_arguments(tmp_path, max_steps=2)
+def test_real_training_arguments_on_a_simulated_gpu(cuda_device: Profile, tmp_path) -> None:
+    """Built for real: down to the first CUDA call, which a simulated GPU refuses, or whole where none is needed
+    (the simulated set_device allocates nothing); then with the card's 16-bit flag."""
+    try:
+        args, _ = tricks.memory_efficient_training_arguments(tmp_path, max_steps=2)
+    except CUDA_REFUSED:
+        return
+    t4 = cuda_device.key == "T4"
+    assert (bool(args.fp16), bool(args.bf16), bool(args.use_cpu)) == (t4, not t4, False)
 
 
 # --------------------------------------------------------------------------------------------

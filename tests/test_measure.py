@@ -1,6 +1,7 @@
 """course_utils.measure: peak memory of a piece of work, and a measured training step on a tiny config."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -348,8 +349,168 @@ def test_a_failing_case_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatch
         '{"index": 0, "error": "TimeoutError: past its time limit"}',
         '{"index": 1, "error": "RuntimeError: boom"}'])
     first, second = measure.measure_training_steps(TINY, cases, timeout_s=5, device="cpu")
-    assert isinstance(first, TimeoutError) and "timeout_s=5" in str(first)
-    assert isinstance(second, RuntimeError) and "boom" in str(second)
+    assert isinstance(first, measure.Skipped) and first.timed_out and "timeout_s=5" in first.reason
+    assert isinstance(second, measure.Skipped) and not second.timed_out and second.reason == "RuntimeError: boom"
+    monkeypatch.setattr(measure, "_run_in_child_lines", lambda args, timeout_s: 1 / 0)  # the whole child failed
+    assert measure.measure_training_steps(TINY, cases, timeout_s=5, device="cpu") == [
+        measure.Skipped("ZeroDivisionError: division by zero")] * 2
+
+
+def _fake_step(spec: dict) -> dict:
+    return StepMeasurement(1, 0, 0, 0, 0, 0, 0.1, spec["device"], "fake", steps=spec["steps"]).to_dict()
+
+
+def test_an_out_of_memory_case_leaves_nothing_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failed case's model and tensors can be freed: the row keeps the error as text, not its traceback."""
+    import weakref
+
+    from gpu_sim import simulate
+
+    simulate(monkeypatch, "T4")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    refs = []
+
+    def run_step(spec: dict) -> dict:
+        if spec["batch"] == 1:
+            return _fake_step(spec)
+        model = torch.nn.Linear(8, 8)  # what the step built, held by this frame's locals only
+        refs.append(weakref.ref(model))
+        activations = torch.ones(10_000_000)  # 40 MB, the tensors an out-of-memory error leaves in the frame
+        refs.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(measure, "run_step", run_step)
+    failed, done = measure.measure_training_steps(TINY, [{"batch": 8}, {"batch": 1}], device="cuda")
+    assert isinstance(failed, measure.Skipped) and failed.reason.startswith("OutOfMemoryError: CUDA out of memory")
+    assert len(refs) == 2 and all(ref() is None for ref in refs)  # nothing of the failed case is alive
+    assert isinstance(done, StepMeasurement)  # the next case ran
+
+
+@pytest.mark.parametrize("where", ["cuda", "fork"])
+def test_any_error_is_a_skipped_row(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A TypeError (a bug, an incompatible library) is a row too, in this process (CUDA) or in a forked child."""
+    from gpu_sim import simulate
+
+    def broken(spec: dict) -> dict:
+        if spec["batch"] == 2:
+            raise TypeError("unexpected keyword argument 'dtype'")
+        return _fake_step(spec)
+
+    monkeypatch.setattr(measure, "run_step", broken)
+    cases = [{"batch": 2}, {"batch": 1}]
+    if where == "cuda":
+        simulate(monkeypatch, "H100")
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+        rows = measure.measure_training_steps(TINY, cases, device="cuda")
+    else:  # the forking child's own loop, run here on the specs (every fork answers on stdout)
+        monkeypatch.setattr(measure.sys, "platform", "linux")
+        monkeypatch.setattr(measure, "_run_in_child_lines", lambda args, timeout_s: _forked_lines(args, timeout_s))
+        rows = measure.measure_training_steps(TINY, cases, device="cpu", timeout_s=30)
+    assert rows[0] == measure.Skipped("TypeError: unexpected keyword argument 'dtype'")
+    assert isinstance(rows[1], StepMeasurement)
+
+
+def _forked_lines(args: list, timeout_s: float) -> list[str]:
+    """What ``--many`` prints, with each case run in this process instead of a forked one."""
+    import json
+
+    lines = []
+    for index, spec in enumerate(json.loads(args[1])):
+        try:
+            lines.append(json.dumps({"index": index, "result": measure.run_step(spec)}))
+        except Exception as err:  # noqa: BLE001 - as _fork_each reports it
+            lines.append(json.dumps({"index": index, "error": f"{type(err).__name__}: {err}"}))
+    return lines
+
+
+def test_default_steps_are_3_on_a_gpu_and_1_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_sim import simulate
+
+    seen = []
+    monkeypatch.setattr(measure, "run_step", lambda spec: seen.append(spec) or _fake_step(spec))
+    monkeypatch.setattr(measure, "_run_in_child", lambda spec, timeout_s: seen.append(spec) or _fake_step(spec))
+    assert measure_training_step(TINY, device="cpu").steps == 1
+    simulate(monkeypatch, "L4")
+    assert measure_training_step(TINY, device="cuda", timeout_s=42).steps == measure.DEFAULT_STEPS["cuda"] == 3
+    assert measure_training_step(TINY, device="cuda", steps=5).steps == 5
+    assert seen[1]["timeout_s"] == 42  # a step in this process gets its time limit
+
+
+def test_counting_is_an_extra_untimed_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up, the timed steps inside the peak, then one counting step outside it (its hooks cost time)."""
+    calls, window = [], []
+    real_track, real_run = training_step.track_peak, training_step._Step.run
+
+    @contextlib.contextmanager
+    def tracked(dev):
+        window.append("open")
+        with real_track(dev) as peak:
+            yield peak
+        window.append("closed")
+
+    def run(self, count: bool) -> None:
+        calls.append((count, len(window), window[-1] if window else None))
+        real_run(self, count)
+
+    monkeypatch.setattr(training_step, "track_peak", tracked)
+    monkeypatch.setattr(training_step._Step, "run", run)
+    spec = measure.step_spec(TINY, method="full", batch=1, seq=8, steps=2)
+    spec["device"] = "cpu"
+    out = training_step.run_step(spec)
+    # (count?, windows opened or closed so far, the last of them): warm-up, 2 timed, 1 counting after the peak
+    assert calls == [(False, 1, "open"), (False, 3, "open"), (False, 3, "open"), (True, 4, "closed")]
+    assert out["steps"] == 2 and out["saved_activations_bytes"] > 0 and out["grads_bytes"] > 0
+    assert out["extra"]["attention"] != "unknown"
+
+
+def test_a_step_in_this_process_stops_at_its_deadline() -> None:
+    """Checked between micro-batches (a CUDA kernel cannot be interrupted): past timeout_s, a TimeoutError."""
+    spec = measure.step_spec(TINY, method="full", batch=1, seq=8, steps=3, accumulation=2)
+    spec.update(device="cpu", timeout_s=1e-6)
+    with pytest.raises(TimeoutError, match=r"timeout_s=1e-06 s .*cannot be interrupted"):
+        training_step.run_step(spec)
+    deadline = training_step._Deadline(None, torch.device("cpu"))
+    deadline.check()  # no limit: never raises
+
+
+def test_the_gpu_is_warmed_up_before_the_first_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_sim import simulate
+
+    assert hasattr(training_step._warm_up_cuda, "cache_info")  # once per process and GPU (functools.cache)
+    simulate(monkeypatch, "A100")
+    order = []
+    monkeypatch.setattr(training_step, "_warm_up_cuda", lambda device: order.append(("warm-up", device)))
+    monkeypatch.setattr(training_step, "memory_in_use", lambda dev: order.append(("baseline", str(dev))) or 0)
+
+    def stop(spec, dev):
+        raise KeyError("stop here")
+
+    monkeypatch.setattr(training_step, "build_model", stop)
+    spec = measure.step_spec(TINY, batch=1, seq=8)
+    spec["device"] = "cuda"
+    with pytest.raises(KeyError, match="stop here"):
+        training_step.run_step(spec)
+    assert order == [("warm-up", "cuda"), ("baseline", "cuda")]
+
+
+def test_without_peft_full_tuning_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """peft is imported for every method only where it is installed: a machine with torch and transformers alone
+    still measures full tuning."""
+    import builtins
+    import sys
+
+    real_import = builtins.__import__
+
+    def no_peft(name, *args, **kwargs):
+        if name == "peft" or name.startswith("peft."):
+            raise ImportError("No module named 'peft'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "peft", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_peft)
+    spec = measure.step_spec(TINY, method="full", batch=1, seq=8, steps=1)
+    spec["device"] = "cpu"
+    assert training_step.run_step(spec)["trained_params"] == TINY_PARAMS
 
 
 def test_a_compiled_case_gets_a_child_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:

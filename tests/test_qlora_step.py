@@ -23,7 +23,7 @@ def test_qlora_estimate_within_5_percent_of_the_measured_recipe() -> None:
     cases = [{"method": "qlora", **shape} for shape in SHAPES]
     steps = measure.measure_training_steps("smollm2-135m", cases, timeout_s=150, device="cpu")
     for shape, m in zip(SHAPES, steps):
-        assert not isinstance(m, Exception), f"{shape}: {m}"
+        assert isinstance(m, measure.StepMeasurement), f"{shape}: {m}"
         est = step_memory.estimate_step("smollm2-135m", method="qlora", **shape)
         error = step_memory.error_percent(est.peak_bytes, m.peak_bytes)
         assert abs(error) <= TOLERANCE_PERCENT, f"{shape}: {step_memory.comparison_line(est.peak_bytes, m.peak_bytes)}"

@@ -186,3 +186,61 @@ def test_standin_cache_falls_back_to_the_temp_dir(monkeypatch, tmp_path) -> None
     assert path.parent == tmp_path / "tmp" / "course_utils" and (path / "config.json").exists()
     with pytest.raises(OSError):
         standin.ensure_standin(tiny_config(), seed=0, folder=blocker / "cache")  # an explicit folder is not replaced
+
+
+def test_standin_tokenizer_gives_only_what_a_llama_takes(tiny_standin, monkeypatch) -> None:
+    """transformers 4.57's tokenizer class lists token_type_ids by default; generate(**inputs) then raised."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    settings = json.loads((Path(tiny_standin) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert settings["model_input_names"] == ["input_ids", "attention_mask"] == list(standin.MODEL_INPUTS)
+    old_default = ["input_ids", "token_type_ids", "attention_mask"]  # PreTrainedTokenizerFast's, transformers 4.57
+    monkeypatch.setattr(PreTrainedTokenizerFast, "model_input_names", old_default)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_standin)
+    inputs = tokenizer("The capital of France is", return_tensors="pt")
+    assert sorted(inputs) == ["attention_mask", "input_ids"]
+    model = load_model(tiny_standin, 16, device="cpu")
+    out = model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert out.shape == (1, inputs["input_ids"].shape[1] + 2)
+
+
+def test_a_standin_built_the_old_way_is_not_reused(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(standin, "_FORMAT", 1)
+    old = standin.ensure_standin(tiny_config(), seed=0, folder=tmp_path)
+    monkeypatch.setattr(standin, "_FORMAT", 2)
+    new = standin.ensure_standin(tiny_config(), seed=0, folder=tmp_path)
+    assert new != old and (new / "config.json").exists()
+
+
+@pytest.mark.parametrize("value, source", [("standin", "standin"), (" Packaged ", "packaged"), ("real", "real")])
+def test_course_model_source_names_the_weights(monkeypatch, value, source) -> None:
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=1.5: pytest.fail("the Hub was asked"))
+    monkeypatch.setenv(hub.MODEL_SOURCE_ENV, value)
+    decision = hub.decide_source()
+    assert decision.source == source and f"{hub.MODEL_SOURCE_ENV}={source}" in decision.reason
+
+
+def test_course_model_source_rejects_other_values(monkeypatch) -> None:
+    monkeypatch.setenv(hub.MODEL_SOURCE_ENV, "hub")
+    with pytest.raises(ValueError, match="COURSE_MODEL_SOURCE must be one of real, packaged, standin"):
+        hub.decide_source()
+
+
+def test_forced_standin_skips_an_installed_packaged_copy(monkeypatch, tmp_path) -> None:
+    from course_utils import packaged
+
+    monkeypatch.setenv(hub.MODEL_SOURCE_ENV, "standin")
+    monkeypatch.setattr(packaged, "availability", lambda folder=None: "converted")
+    monkeypatch.setattr(packaged, "convert", lambda folder=None: pytest.fail("the packaged copy was loaded"))
+    monkeypatch.setattr(standin, "ensure_standin", lambda seed=0: tmp_path)
+    choice = standin.choose_model()
+    assert choice.is_standin and choice.name == str(tmp_path) and "COURSE_MODEL_SOURCE=standin" in choice.reason
+
+
+def test_forced_packaged_copy_never_falls_back_to_the_standin(monkeypatch) -> None:
+    monkeypatch.setenv(hub.MODEL_SOURCE_ENV, "packaged")
+    monkeypatch.setattr(standin, "ensure_standin", lambda seed=0: pytest.fail("the stand-in was built"))
+    with pytest.raises(RuntimeError, match="COURSE_MODEL_SOURCE=packaged .*the packaged copy is not installed"):
+        standin.choose_model()  # the autouse fixture: no packaged copy here

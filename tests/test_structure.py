@@ -10,8 +10,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "course_utils"
 #: Modules that predict memory from arithmetic: they must never import what measures.
-ESTIMATORS = ("activations", "architecture", "bottleneck", "checks", "configs", "datasheets", "memory", "step_memory",
-              "sweeps", "units")
+ESTIMATORS = ("activations", "architecture", "attention", "bottleneck", "checks", "configs", "datasheets", "memory",
+              "step_memory", "sweeps", "units")
 #: Modules that measure (run steps, read peak counters, time kernels).
 MEASURING = {"course_utils.measure", "course_utils.peak", "course_utils.training_step", "course_utils.tricks"}
 
@@ -172,7 +172,10 @@ def test_the_wheel_holds_every_lesson(tmp_path: Path) -> None:
 #: small helper package, not a framework. A new lesson that needs more should first take out what nothing calls.
 #: 5,000 until the numbers issue added QLoRA's preparation to the step model, the usable/tight verdicts, the sweep
 #: file reader and the ticket baselines (5,153 lines); the rule moves to formatted code and files under 500 lines.
-MAX_CODE_LINES = 5_200
+#: 5,200 until "every free GPU" (issue 27) added the attention-kernel rules and the math kernel's saved tensors,
+#: per-card estimates, skipped rows that keep no traceback, a deadline and a warm-up for CUDA steps, and steps
+#: without peft (5,430 lines).
+MAX_CODE_LINES = 5_450
 
 
 def _code_lines(source: str) -> int:

@@ -236,16 +236,22 @@ def step_plan(config: str = "smollm2-135m", method: str = "lora", batch: int = 8
     from course_utils.step_memory import estimate_step
 
     checks.flag(checkpointing, "checkpointing")
-    est = estimate_step(config, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
-                        optimizer=optimizer, device="cuda")
     budgets = tuple(mem.gpu_budget(g) for g in _STEP_GPUS)
+    # one estimate per card: its attention kernel (and 16-bit dtype) can change the activations
+    by_card = {b.capability: estimate_step(config, method=method, batch=batch, seq=seq, checkpointing=checkpointing,
+                                           optimizer=optimizer, device="cuda", capability=b.capability)
+               for b in budgets}
+    est = by_card[budgets[-1].capability]  # the newest card's: the bar and the parts
     parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in est.categories().items())
-    lines = [f"{est.describe()}: predicted peak {est.peak_gb:.2f} GB on a GPU ({parts} GB).",
-             f"Peak moment: {est.peak_moment}."]
+    lines = [f"{est.describe()}: predicted peak {est.peak_gb:.2f} GB on a GPU ({parts} GB), "
+             f"{est.attention.backend} attention.", f"Peak moment: {est.peak_moment}."]
     for b in budgets:
-        usable = datasheets.usable_gb(b.gb)
-        lines.append(f"  {b.label}, usable {usable:.4g} GB: {mem.step_verdict(est.peak_gb, usable)} "
-                     f"({100 * est.peak_gb / usable:.0f} % of usable)")
+        usable, own = datasheets.usable_gb(b.gb), by_card[b.capability]
+        differs = ""
+        if own.peak_bytes != est.peak_bytes:
+            differs = f"; {own.attention.backend} attention: {own.peak_gb:.2f} GB"
+        lines.append(f"  {b.label}, usable {usable:.4g} GB: {mem.step_verdict(own.peak_gb, usable)} "
+                     f"({100 * own.peak_gb / usable:.0f} % of usable{differs})")
     return Plan(est, budgets, "\n".join(lines))
 
 

@@ -17,7 +17,7 @@ from course_utils.lessons.kit import COLORS, Feedback, check_choice, check_numbe
 from course_utils.lessons.memory_budget import plot_estimate_vs_measured as plot_estimate_vs_measured
 from course_utils.lessons.memory_budget import plot_step_against_budgets, step_controls
 from course_utils.step_memory import estimate_step, saved_activations
-from course_utils.units import GB
+from course_utils.units import GB, format_seconds
 
 
 def tricks_chart(rows: Sequence[Any]) -> Any:
@@ -35,7 +35,9 @@ def tricks_chart(rows: Sequence[Any]) -> Any:
         values = [getattr(r, attr) for r in rows]
         shown = [0 if v is None else (v / GB if attr == "peak_bytes" else v) for v in values]
         bars = ax.barh(y, shown, color=color)
-        ax.bar_label(bars, [" skipped" if raw is None else f" {v:.2f}" for v, raw in zip(shown, values)], fontsize=8)
+        labels = [" skipped" if raw is None else f" {v:.2f}" if attr == "peak_bytes" else f" {format_seconds(raw)}"
+                  for v, raw in zip(shown, values)]
+        ax.bar_label(bars, labels, fontsize=8)
         ax.set(xlabel=xlabel, title=xlabel.split(" (")[0].capitalize())
         ax.margins(x=0.25)
     ax_m.set_yticks(y, [r.label for r in rows])

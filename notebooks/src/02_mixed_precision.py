@@ -306,7 +306,8 @@ for fmt in (torch.float32, torch.bfloat16, torch.float16):
 # against 8.1 in float32; the A100's, 312 in bfloat16 against 19.5. Most CPUs have no 16-bit matrix units:
 # float16 takes a slow generic path (often tens to hundreds of times slower), and bfloat16 is converted to
 # float32 for the maths, about as fast or slower, unless the CPU has bfloat16 matrix instructions (recent
-# Intel Xeons). Slow 16-bit rows above mean "a CPU", not "16 bits are slow" (details: "Going deeper").
+# Intel Xeons). A slow 16-bit row means "no matrix units for that type here" (a CPU; bfloat16 on a T4, which
+# emulates it), not "16 bits are slow" (details: "Going deeper").
 
 # %% [markdown]
 # ### The mixed-precision training loop

@@ -514,7 +514,7 @@ _ = main(["memory", "--budgets", "8,48,64"])
 from course_utils.measure import time_frozen_layer
 
 for layer, ms in time_frozen_layer().items():
-    print(f"{layer:<10} {ms:6.1f} ms per forward + backward")
+    print(f"{layer:<10} {format_seconds(ms / 1e3):>8} per forward + backward")
 
 # %% [markdown]
 # If 16 bits and 4 bits print slower than float32 here, that is the processor, not the method. A CPU without

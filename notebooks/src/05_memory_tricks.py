@@ -545,10 +545,11 @@ lesson.check_kwame_choice(choice)
 # print(diag.text())
 # ```
 #
-# The estimate is 48.4 GB, twice the card's usable 23.5 GB. The biggest parts at the peak: the activations
-# saved for backward (24.9 GB: 28 layers × 4,096 tokens, plus a 151,936-word vocabulary's log-softmax) and the
-# AdamW states (12.4 GB: 8 bytes × 1.54 billion parameters), then the float32 weights (6.2 GB). So `choice =
-# "checkpointing + 8-bit AdamW"`: 17.6 GB, 75 % of usable, about 1.33× the time (one extra forward). Neither
+# The estimate is 52.4 GB, more than twice the card's usable 23.5 GB. The biggest parts at the peak: the
+# activations saved for backward (28.9 GB: 28 layers × 4,096 tokens, each layer's float32 attention scores,
+# which the math kernel keeps, and a 151,936-word vocabulary's log-softmax) and the AdamW states (12.4 GB: 8
+# bytes × 1.54 billion parameters), then the float32 weights (6.2 GB). So `choice = "checkpointing + 8-bit
+# AdamW"`: 17.6 GB, 75 % of usable, about 1.33× the time (one extra forward). Neither
 # trick alone is enough: checkpointing removes the activations but leaves 12.4 GB of states; 8-bit AdamW needs
 # smaller micro-batches as well, at x1.00 or more. Switching to LoRA on a bf16 base (20.4 GB, 87 % of usable)
 # would also fit, but then you train something else.
@@ -667,7 +668,7 @@ print(f"  {'total saved for backward':<36} {acts.total / 1e9:6.3f} GB")
 # %% [markdown]
 # | Korthikanti et al. 2022 | SmolLM2 in transformers 5 on PyTorch 2.13 | why |
 # | --- | --- | --- |
-# | $5as^2b$: scores, softmax, dropout mask | **none** | fused attention (SDPA) keeps Q, K, V, the output and one log-sum-exp per head and token; it recomputes the scores in backward |
+# | $5as^2b$: scores, softmax, dropout mask | **none** with a fused kernel; $4as^2b$ with the math one | fused attention (SDPA) keeps Q, K, V, the output and one log-sum-exp per head and token, and recomputes the scores in backward; its math fallback keeps the float32 softmax (below) |
 # | K and V $h$ wide | $h \cdot 3/9$ wide | grouped-query attention: 3 key/value heads for 9 query heads |
 # | GeLU MLP, $4h$ wide, dropout | SwiGLU, $i = 1536$ wide, no dropout | keeps the gate output, its SiLU, the up output (and the down input when its weight trains) |
 # | LayerNorm | RMSNorm | keeps its float32 input and one $1/\mathrm{rms}$ per token (and its output when its weight trains) |
@@ -694,6 +695,29 @@ print(f"Korthikanti et al. 2022 (16-bit, dropout): {k:6.0f} bytes per token per 
 # the frozen weights' inputs are not needed. The paper's $sbh(34 + 5as/h)$ gives $(34 + 10) \cdot 576 =$
 # 25,344 bytes: at 2 bytes per number our full count would be 22,294 bytes - no $s \times s$ tensors and no
 # dropout masks, but a wider MLP. Training in float32 doubles it.
+#
+# ### When attention keeps the $s \times s$ scores
+#
+# PyTorch picks an attention kernel at every call. Flash attention needs 16-bit inputs and an Ampere-or-newer
+# GPU; the memory-efficient kernel takes no grouped-query heads. Where neither fits (a T4; float32 attention
+# on any GPU) the *math* kernel runs and keeps each layer's softmax in float32: $4 \cdot a s^2 b$ bytes. The
+# estimate picks the kernel per card and names it. **Predict:** LoRA on a 16-bit base, 4 × 1,024 tokens: how
+# much more does a T4 keep than an A100?
+
+# %%
+from course_utils import datasheets
+
+for card in ("T4", "A100"):
+    capability = datasheets.lookup(card).capability
+    e = step_memory.estimate_step("smollm2-135m", method="lora-bf16", batch=4, seq=1024, device="cuda",
+                                  capability=capability)
+    print(f"{card:<5} {e.attention.backend:<6} attention: activations {e.activations.total / 1e9:5.2f} GB, "
+          f"peak {e.peak_gb:5.2f} GB")
+
+# %% [markdown]
+# The T4 keeps 30 layers × 4 × 9 heads × 1,024² float32 scores more, 4.5 GB, plus float32 copies of Q, K and V.
+# `python -m course_utils memory --config smollm2-135m --method lora-bf16 --batch 4 --seq 1024 --gpu T4,A100`
+# prints both estimates. On a GPU, `scripts/gpu_check.py` records the kernel that really ran.
 #
 # ### Six steps measured on another CPU
 #
