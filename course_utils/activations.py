@@ -163,6 +163,7 @@ class Activations:
     hidden_bytes: int  # bytes per number of the hidden states (and of the embedding, norms and output layer)
     attention_bytes: int = 0  # bytes per number of Q, K and V where SDPA gets them (4: float32, 2: 16-bit)
     scores_bytes: int = 0  # one layer's s x s float32 scores (math attention), else 0
+    cumulative: tuple[int, ...] = ()  # saved bytes before the first layer, then once each layer's forward is done
 
 
 def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str = "lora", lora_rank: int = 8,
@@ -183,6 +184,7 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
     # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
     x = _T(arch.hidden, walk.rest_bytes, walk.full or bool(checkpointing))
     per_layer = 0  # the last layer's saved bytes (layers after the first are alike; the first also saves cos/sin)
+    cumulative = [walk.total]
     for i in range(arch.layers):
         outer = walk.saved
         if checkpointing:  # the layer keeps its input; its insides are recomputed in backward, counted apart
@@ -192,6 +194,7 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
         x = walk.layer(x, i)
         per_layer = walk.total - before
         walk.saved = outer
+        cumulative.append(walk.total)
     walk.linear(walk.rmsnorm(x, 1), arch.hidden, arch.vocab, "lm_head", walk.rest_bytes)
     # the logits always need a gradient (LoRA puts adapters in every layer): log_softmax keeps its float32
     # output; nll_loss keeps the labels and a scalar
@@ -203,4 +206,4 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
         by_kind[what] = by_kind.get(what, 0) + nbytes
     scores = batch * arch.heads * seq * seq * 4 if math_attention else 0
     return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer, hidden_bytes=walk.rest_bytes,
-                       attention_bytes=walk.attention_bytes, scores_bytes=scores)
+                       attention_bytes=walk.attention_bytes, scores_bytes=scores, cumulative=tuple(cumulative))

@@ -26,7 +26,7 @@ from course_utils.configs import config_presets, fetch_config, read_config, reso
 from course_utils.datasheets import CUDA_CONTEXT_GB
 
 #: The options that turn the table into a whole-step estimate.
-_STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure", "no_kbit_preparation")
+_STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure", "no_kbit_preparation", "timeline")
 _DESCRIPTION = (
     "Estimate the memory a training run needs for weights, gradients and AdamW states (activations not "
     "included), and whether it fits a memory budget (at most its 70% line). Without options: the lesson's table. "
@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--optimizer", choices=mem.OPTIMIZERS, default=None, help="optimizer (default adamw)")
     step.add_argument("--measure", action="store_true", default=None,
                       help="also run the step and measure its peak memory")
+    step.add_argument("--timeline", metavar="FILE", default=None,
+                      help="draw the step's memory over time, by kind, into FILE (.png, .svg or .pdf): predicted; "
+                           "with --measure, measured on the same axes (both peaks and their phases are printed)")
     step.add_argument("--no-kbit-preparation", action="store_true", default=None,
                       help="qlora without peft's prepare_model_for_kbit_training (as Unsloth and some trainers): "
                            "embedding and norms stay 16-bit, and so do the hidden states (default: prepared)")
@@ -235,8 +238,43 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
     of = f"usable (the card's memory less the {CUDA_CONTEXT_GB:g} GB CUDA context)" if on_gpu else "the memory"
     print(f"fits = the predicted peak is at most {tight} % of {of};\ntight = {tight}-100 %: the allocator's reserve "
           "and fragmentation (or the system) can still run out of memory.")
+    if args.timeline:
+        _write_timeline(args.timeline, config, step, estimates[budgets[0].capability], measure=bool(args.measure))
     if args.measure:
         _print_measurement(config, step)
+
+
+def _write_timeline(path: str, config: dict[str, Any], step: dict[str, Any], est: sm.StepEstimate,
+                    measure: bool) -> None:
+    """Draw the step's predicted timeline (and with ``measure`` the measured one, on the device a measurement
+    uses) into ``path``; print each peak and its phase. The chart is the lessons' (04 and 05): matplotlib is imported
+    only here, when a timeline is asked for."""
+    if os.path.splitext(path)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise _ExitError(f"argument --timeline: {path!r} must end in .png, .svg or .pdf")
+    from course_utils.lessons.memory_budget import timeline_chart
+    from course_utils.timeline import predicted_timeline, tensor_total
+
+    measured = None
+    if measure:
+        from course_utils.hardware import pick_device
+        from course_utils.timeline_measure import measure_timeline
+
+        device = pick_device()
+        est = sm.estimate_step(config, **step, device=sm.estimate_device_for(device))
+        try:
+            measured = measure_timeline(config, **step, device=device, timeout_s=600.0)
+        except (TimeoutError, RuntimeError) as err:
+            print(f"measured timeline: none ({err}); the prediction alone is drawn")
+    predicted = predicted_timeline(est)
+    for who, tl in (("predicted", predicted), ("measured", measured)):
+        if tl is not None:
+            print(f"{who} timeline: peak {tensor_total(tl.peak) / 1e9:.2f} GB of tensors in the {tl.peak.phase} phase "
+                  f"({tl.peak.label})")
+    try:
+        timeline_chart(predicted, measured, title=est.describe()).savefig(path, dpi=120)
+    except OSError as err:
+        raise _ExitError(f"argument --timeline: cannot write {path!r} ({err.strerror})") from None
+    print(f"timeline written to {path}")
 
 
 def _print_measurement(config: dict[str, Any], step: dict[str, Any]) -> None:

@@ -146,7 +146,7 @@ class StepEstimate:
         out = {"weights": self.weights_bytes, "gradients": 0, "optimizer": self.optimizer_bytes,
                "activations": 0, "overhead": self.baseline_bytes + self.runtime_bytes}
         for label, nbytes in self.moments[self.peak_moment].items():
-            out[_category(label)] += nbytes
+            out[part_category(label)] += nbytes
         return out
 
     def describe(self) -> str:
@@ -176,7 +176,7 @@ def _rest_dtype(spec: dict[str, Any]) -> str:
     return "float32" if spec["kbit_preparation"] else "bfloat16"
 
 
-def _category(label: str) -> str:
+def part_category(label: str) -> str:
     """The category of a part of a peak moment, by its label."""
     if "activations" in label:
         return "activations"

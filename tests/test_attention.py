@@ -16,23 +16,11 @@ from course_utils.bottleneck import what_is_my_bottleneck
 from course_utils.cli import main
 from course_utils.configs import read_config
 from course_utils.training_step import run_step
+import tiny_models
 from gpu_sim import simulate
 
 #: Llama-family, tiny, with grouped-query heads (4 query heads, 2 K/V heads).
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 512,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-}
+TINY = tiny_models.TINY
 
 
 # ---------------------------------------------------------------- the CUDA rules, card by card

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import cli
+from course_utils import cli, step_memory
 from course_utils import memory as mem
 from course_utils.architecture import lora_adapter_params
 from course_utils.configs import config_presets
 
+import tiny_models
 from test_memory import LESSON_TABLE_TOP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,3 +338,36 @@ def test_qlora_step_without_kbit_preparation_is_an_explicit_option(capsys) -> No
             line.split() for line in out.splitlines() if "total (predicted peak)" in line)
     status, _, err = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "2", "--no-kbit-preparation")
     assert status == 2 and "--no-kbit-preparation: only for --method qlora" in err
+
+
+# ---------------------------------------------------------------- --timeline: when the peak comes
+#: Llama-family, tiny: a measured timeline of it takes seconds.
+TINY_TIMELINE = {**tiny_models.TINY, "vocab_size": 4096}
+
+
+def test_timeline_draws_the_prediction_and_names_its_peak(capsys, tmp_path) -> None:
+    from course_utils.timeline import predicted_timeline
+
+    out_png = tmp_path / "t.png"
+    status, out, err = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "8", "--seq", "64",
+                           "--timeline", str(out_png))
+    assert status == 0, err
+    est = step_memory.estimate_step("smollm2-135m", batch=8, seq=64)
+    peak = predicted_timeline(est).peak
+    assert f"predicted timeline: peak {(peak.total - peak.by_kind['framework']) / 1e9:.2f} GB of tensors in the " \
+           f"backward phase ({est.peak_moment})" in out
+    assert out_png.read_bytes()[:4] == b"\x89PNG" and "measured timeline" not in out
+    status, _, err = run(capsys, "memory", "--config", "smollm2-135m", "--batch", "2", "--timeline", "t.txt")
+    assert status == 2 and "--timeline" in err and ".png" in err
+
+
+def test_timeline_with_measure_prints_both_peaks(capsys, tmp_path) -> None:
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY_TIMELINE))
+    status, out, err = run(capsys, "memory", "--config", str(config), "--method", "full", "--batch", "2", "--seq",
+                           "64", "--timeline", str(tmp_path / "t.svg"), "--measure")
+    assert status == 0, err
+    peaks = [line for line in out.splitlines() if line.endswith(")") and " timeline: peak " in line]
+    assert [line.split()[0] for line in peaks] == ["predicted", "measured"]
+    assert all(" in the backward phase " in line for line in peaks)  # the same phase, measured and predicted
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from course_utils.architecture import Architecture
+from course_utils.configs import read_config
 from course_utils.lessons import memory_tricks as ex
 from course_utils.step_memory import estimate_step, saved_activations
 from course_utils.units import GB
@@ -76,23 +77,45 @@ def test_every_checker_has_a_one_line_docstring() -> None:
         doc = getattr(ex, name).__doc__
         assert doc and "\n" not in doc.strip(), name
 
+#: 05's miniature of SmolLM2: 4 of its 30 layers, a vocabulary of 8,192.
+MINI_CASE = {"config": {**read_config("smollm2-135m"), "num_hidden_layers": 4, "vocab_size": 8192}}
+
 
 # --------------------------------------------------------------------------------------------
 # Charts and the bottleneck planner (its callback is a plain function)
 # --------------------------------------------------------------------------------------------
-def test_tricks_chart_draws_measured_and_skipped_tricks() -> None:
+def test_timeline_chart_marks_both_peaks_and_the_text_names_their_phases() -> None:
     import matplotlib.pyplot as plt
 
-    from course_utils.tricks import TrickResult
+    from course_utils.timeline import Timeline, TimelinePoint, predicted_timeline
 
-    measured = TrickResult("baseline", "baseline", "", peak_bytes=int(3e9), step_seconds=10.0)
-    rows = [measured, TrickResult("compile", "torch.compile", "", skipped="skipped")]
-    fig = ex.tricks_chart(rows)
-    assert fig.axes[0].get_xlabel() == "peak memory (GB)" and fig._suptitle.get_text()
-    assert [t.get_text() for t in fig.axes[0].texts] == [" 3.00", " skipped"]
+    predicted = predicted_timeline(estimate_step(MINI_CASE["config"], method="full", batch=4, seq=256))
+    points = [TimelinePoint("start", "before the step", {"weights": 100}),
+              TimelinePoint("fwd", "forward", {"weights": 100, "activations": 300}),
+              TimelinePoint("bwd", "backward", {"weights": 100, "activations": 250, "temporaries": 80}),
+              TimelinePoint("opt", "optimizer step", {"weights": 100, "gradients": 90})]
+    measured = Timeline(points, "made up", times_s=[0.0, 0.1, 0.2, 0.3])
+    fig = ex.timeline_chart(predicted, measured)
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert notes == ["predicted peak: backward", "measured peak: backward"]
+    assert fig.axes[0].get_xlabel() == "seconds into the step"
     plt.close(fig)
-    with pytest.raises(ValueError, match="rows"):
-        ex.tricks_chart([])
+    text = ex.timeline_text(predicted, measured)
+    assert "Measured peak 0.00 GB in backward (bwd)" in text and "predicted peak" in text and "%" in text
+    assert ex.timeline_text(predicted).splitlines()[1].startswith("Predicted peak ")
+
+
+def test_trick_timelines_each_shrink_their_kind() -> None:
+    import matplotlib.pyplot as plt
+
+    tls = ex.trick_timelines(MINI_CASE["config"], {"method": "full", "batch": 4, "seq": 256})
+    plain, ck, eight, acc = tls.values()
+    assert ck.kind_max("activations") < plain.kind_max("activations")
+    assert eight.kind_max("optimizer states") < plain.kind_max("optimizer states") / 3
+    assert acc.points[0].by_kind["gradients"] > 0
+    fig = ex.timeline_grid(tls)
+    assert len(fig.axes) == 4 and all(ax.get_xlabel().startswith("moments (peak: ") for ax in fig.axes)
+    plt.close(fig)
 
 
 def test_bottleneck_view_prints_the_diagnosis_and_draws_with_04s_chart(capsys, monkeypatch) -> None:

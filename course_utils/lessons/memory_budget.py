@@ -13,9 +13,10 @@ from typing import Any, Mapping, Sequence
 
 from course_utils import checks, datasheets
 from course_utils import memory as mem
-from course_utils.lessons.kit import (COLORS, Feedback, check_choice, check_number, finish, new_figure, right,
-                                      unanswered, view_panel)
+from course_utils.lessons.kit import (COLORS, Feedback, check_choice, check_number, finish, new_figure, plt,
+                                      right, unanswered, view_panel)
 from course_utils.memory import BUDGETS, Budget, MemoryEstimate, Method, line_gb
+from course_utils.timeline import KINDS, PHASES, Timeline, tensor_total
 from course_utils.units import GB
 
 #: Colours of the parts of memory in the stacked bars: the estimate's, the step estimate's and a measured peak's.
@@ -419,3 +420,79 @@ def check_best_methods(method_8gb: Any, method_48gb: Any) -> Feedback:
     cases = {"method_8gb": (method_8gb, "a 1.7B model", 8.0), "method_48gb": (method_48gb, "a 70B model", 48.0)}
     results = [(name, _check_method_for(answer, model, gb, name)) for name, (answer, model, gb) in cases.items()]
     return _together(results, "one of " + ", ".join(repr(c) for c in _CHOICES))
+
+
+# --------------------------------------------------------------------------------------------
+# One step's memory over time: predicted and measured on the same axes
+# --------------------------------------------------------------------------------------------
+#: A colour per kind of memory, bottom of the stack first (course_utils.timeline.KINDS).
+KIND_COLORS = {"framework": "#BBBBBB", "weights": "#4C72B0", "optimizer states": "#8172B2", "gradients": "#C44E52",
+               "activations": "#55A868", "temporaries": "#CCB974"}
+
+
+def _predicted_x(predicted: Timeline, measured: Timeline | None) -> list[float]:
+    """Where each predicted point goes on the x axis: spread evenly over the time its phase took in the measured
+    step (its index when there is no measurement)."""
+    if measured is None or measured.times_s is None:
+        return [float(i) for i in range(len(predicted.points))]
+    spans: dict[str, tuple[float, float]] = {}
+    for point, t in zip(measured.points, measured.times_s):
+        lo, hi = spans.get(point.phase, (t, t))
+        spans[point.phase] = (min(lo, t), max(hi, t))
+    end = max(measured.times_s)
+    xs: list[float] = []
+    for phase in PHASES:
+        idx = [i for i, p in enumerate(predicted.points) if p.phase == phase]
+        lo, hi = spans.get(phase, (end, end) if phase == "after zero_grad" else (0.0, 0.0))
+        xs += [lo + (hi - lo) * k / len(idx) for k in range(len(idx))]  # each phase from its start
+    return xs
+
+
+def timeline_chart(predicted: Timeline, measured: Timeline | None = None, title: str = "One training step", *,
+                   whole_process: bool = False, measured_peak_bytes: int | None = None) -> Any:
+    """The step's memory over time: the measured kinds as a stacked area (the predicted ones without a
+    measurement), the predicted total as a dashed step line, each peak marked with its phase. ``whole_process``:
+    the process's own memory too (a CPU estimate's framework part), at the bottom; ``measured_peak_bytes``: a
+    peak measured some other way (a whole process's), drawn as a dotted line."""
+    def total(point: Any) -> float:
+        return (point.total if whole_process else tensor_total(point)) / GB
+
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    shown = measured or predicted
+    xs = shown.times_s if measured is not None and measured.times_s else list(range(len(shown.points)))
+    kinds = [k for k in KINDS if (whole_process or k != "framework") and shown.kind_max(k) > 0]
+    ax.stackplot(xs, [[p.by_kind.get(k, 0) / GB for p in shown.points] for k in kinds], labels=kinds,
+                 colors=[KIND_COLORS[k] for k in kinds], alpha=0.85, step="post" if measured is None else None)
+    px = _predicted_x(predicted, measured)
+    ax.step(px, [total(p) for p in predicted.points], where="post", color="black", linestyle="--", linewidth=1.2,
+            label="predicted total")
+    if measured_peak_bytes is not None:
+        ax.axhline(measured_peak_bytes / GB, color=COLORS["measured"], linestyle=":", label="measured peak")
+    peaks = [(predicted, px, "predicted")] + ([(measured, xs, "measured")] if measured is not None else [])
+    for tl, x, who in peaks:
+        i = tl.points.index(tl.peak)
+        ax.plot(x[i], total(tl.peak), "o" if who == "measured" else "x", color="black")
+        ax.annotate(f"{who} peak: {tl.peak.phase}", (x[i], total(tl.peak)), textcoords="offset points",
+                    xytext=(6, 6 if who == "measured" else -14), fontsize=8)
+    ax.set(title=title, ylabel="GB alive" + ("" if whole_process else " (tensors)"),
+           xlabel="seconds into the step" if measured is not None else "moments of the step, in order")
+    return finish(fig, ax, fontsize=8, loc="upper left")
+
+
+def timeline_text(predicted: Timeline, measured: Timeline | None = None, whole_process: bool = False) -> str:
+    """The chart's text description: what is drawn, then each peak with its phase and moment, and their gap.
+    ``whole_process``: as :func:`timeline_chart`'s (the prediction alone, the process's own memory counted)."""
+
+    def size(point: Any) -> float:
+        return (point.total if whole_process else tensor_total(point)) / GB
+
+    def peak(tl: Timeline, who: str) -> str:
+        return f"{who} peak {size(tl.peak):.2f} GB in {tl.peak.phase} ({tl.peak.label.split(' (')[0]})"
+
+    kinds = ", ".join(k for k in KINDS if whole_process or k != "framework")
+    what = "GB alive" if whole_process else "GB of tensors"
+    head = f"Text description: {what} over the step, stacked by kind ({kinds}); dashed: predicted total."
+    if measured is None:
+        return f"{head}\n{peak(predicted, 'Predicted')}."
+    gap = 100 * (tensor_total(predicted.peak) - tensor_total(measured.peak)) / tensor_total(measured.peak)
+    return f"{head}\n{peak(measured, 'Measured')}; {peak(predicted, 'predicted')}: {gap:+.1f} %."

@@ -7,43 +7,20 @@ the step planner's controls. Nothing here imports torch.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from course_utils import checks, datasheets, memory
 from course_utils.architecture import Architecture
 from course_utils.bottleneck import arithmetic_time_factor
 from course_utils.configs import config_presets
-from course_utils.lessons.kit import COLORS, Feedback, check_choice, check_number, finish, interact_panel, plt
+from course_utils.lessons.kit import Feedback, check_choice, check_number, finish, interact_panel, plt
 from course_utils.lessons.memory_budget import plot_estimate_vs_measured as plot_estimate_vs_measured
-from course_utils.lessons.memory_budget import plot_step_against_budgets, step_controls
+from course_utils.lessons.memory_budget import KIND_COLORS, plot_step_against_budgets, step_controls
+from course_utils.lessons.memory_budget import timeline_chart as timeline_chart
+from course_utils.lessons.memory_budget import timeline_text as timeline_text
 from course_utils.step_memory import estimate_step, saved_activations
-from course_utils.units import GB, format_seconds
-
-
-def tricks_chart(rows: Sequence[Any]) -> Any:
-    """Two panels: measured peak memory (GB) and step time (s) per trick. ``rows``: TrickResult objects.
-
-    Skipped tricks are drawn as an empty bar labelled "skipped".
-    """
-    if not rows:
-        raise ValueError("rows must contain at least one measured trick")
-    fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(10, 0.5 * len(rows) + 1.6), sharey=True)
-    fig.suptitle("One training step per trick, measured on this machine")
-    y = list(range(len(rows)))
-    for ax, attr, xlabel, color in ((ax_m, "peak_bytes", "peak memory (GB)", COLORS["measured"]),
-                                    (ax_t, "step_seconds", "step time (s)", COLORS["estimate"])):
-        values = [getattr(r, attr) for r in rows]
-        shown = [0 if v is None else (v / GB if attr == "peak_bytes" else v) for v in values]
-        bars = ax.barh(y, shown, color=color)
-        labels = [" skipped" if raw is None else f" {v:.2f}" if attr == "peak_bytes" else f" {format_seconds(raw)}"
-                  for v, raw in zip(shown, values)]
-        ax.bar_label(bars, labels, fontsize=8)
-        ax.set(xlabel=xlabel, title=xlabel.split(" (")[0].capitalize())
-        ax.margins(x=0.25)
-    ax_m.set_yticks(y, [r.label for r in rows])
-    ax_m.set_ylabel("trick")
-    ax_m.invert_yaxis()
-    return finish(fig)
+from course_utils.timeline import KINDS, Timeline, tensor_total
+from course_utils.units import GB
 
 
 #: The GPU memories the planner offers, in GB (each judged against its usable memory, less the CUDA context).
@@ -52,7 +29,7 @@ BUDGETS = (8.0, 16.0, 24.0, 40.0, 80.0)
 
 def bottleneck_view(config: str = "smollm2-135m", method: str = "full", batch: int = 8, seq: int = 512,
                     budget_gb: float = 16.0, checkpointing: bool = False, optimizer: str = "adamw",
-                    show_chart: bool = True) -> str:
+                    show_chart: bool = True, limit: int = 3) -> str:
     """The planner's callback: print and return the diagnosis; draw the predicted peak against the budget's usable
     memory (with 04's chart). ``budget_gb`` is the GPU's memory; usable is that less the 0.5 GB CUDA context, and a
     step fits up to 90 % of it (:func:`course_utils.memory.step_verdict`). ``config`` is a shipped preset; bounded:
@@ -66,7 +43,7 @@ def bottleneck_view(config: str = "smollm2-135m", method: str = "full", batch: i
     checks.integer(seq, "seq", 1, 8192)
     diag = what_is_my_bottleneck(config, method, batch, budget_gb, seq=seq, checkpointing=checkpointing,
                                  optimizer=optimizer, device="cuda")
-    text = diag.text()
+    text = diag.text(limit)
     print(text)
     if show_chart:
         plot_step_against_budgets(diag.estimate, [memory.Budget(f"GPU {budget_gb:g} GB", budget_gb)])
@@ -168,3 +145,42 @@ def check_kwame_choice(choice: Any) -> Feedback:
                         why=f"Estimated {gb[answer]:.1f} GB, {100 * gb[answer] / usable:.0f} % of the usable "
                             f"{usable:g} GB: checkpointing removes the saved activations, 8-bit AdamW shrinks the "
                             f"states; about {slower:.2f}x the time (one extra forward).")
+
+
+#: The tricks of the small multiples, by their keys in course_utils.tricks.TRICKS.
+TIMELINE_TRICKS = ("baseline", "checkpointing", "adamw8bit", "accumulation")
+
+
+def trick_timelines(config: Any, base: dict[str, Any], device: Any = "cpu") -> dict[str, Timeline]:
+    """The predicted timeline of the step ``base`` with each of :data:`TIMELINE_TRICKS`, by the trick's label."""
+    from course_utils import tricks
+    from course_utils.timeline import predicted_timeline
+
+    return {tricks.TRICKS[key].label: predicted_timeline(tricks.estimate_step_for(tricks.trick_kwargs(key, base),
+                                                                                  config, device))
+            for key in TIMELINE_TRICKS}
+
+
+def timeline_grid(timelines: dict[str, Timeline]) -> Any:
+    """Small multiples: one predicted timeline per trick, on the same y scale, each peak marked."""
+    fig, axes = plt.subplots(1, len(timelines), figsize=(3.0 * len(timelines), 2.8), sharey=True)
+    for ax, (label, tl) in zip(axes, timelines.items()):
+        kinds = [k for k in KINDS if k != "framework" and tl.kind_max(k) > 0]
+        xs = list(range(len(tl.points)))
+        ax.stackplot(xs, [[p.by_kind.get(k, 0) / GB for p in tl.points] for k in kinds], step="post",
+                     colors=[KIND_COLORS[k] for k in kinds], labels=kinds, alpha=0.85)
+        peak = tl.points.index(tl.peak)
+        ax.plot(peak, tensor_total(tl.peak) / GB, "x", color="black")
+        ax.set(title=label, xlabel=f"moments (peak: {tl.peak.phase})")
+    axes[0].set_ylabel("GB of tensors (predicted)")
+    return finish(fig, axes[-1], fontsize=7, loc="upper right")
+
+
+def timeline_grid_text(timelines: dict[str, Timeline]) -> str:
+    """The small multiples' text description: each trick's peak, its phase, and what each kind reaches."""
+    lines = ["Text description of the chart. One panel per trick, the step's predicted memory over its moments, "
+             "stacked by kind; x marks each peak."]
+    for label, tl in timelines.items():
+        kinds = ", ".join(f"{k} {tl.kind_max(k) / GB:.2f}" for k in ("activations", "optimizer states", "gradients"))
+        lines.append(f"{label}: peak {tensor_total(tl.peak) / GB:.2f} GB ({tl.peak.phase}); most {kinds} GB.")
+    return "\n".join(lines)

@@ -572,6 +572,29 @@ _ = main(["memory", "--config", "qwen2.5-1.5b-instruct", "--method", "lora"])
 # adapter, `--budgets 12,24` for your own memory sizes in GB.
 
 # %% [markdown]
+# ### When, in the step, the gap appears
+#
+# The same step over time, predicted moment by moment: the process's own memory at the bottom, then the tensors
+# by kind; the dotted line is the peak measured above. **Predict:** in which phase does the step rise furthest
+# above the 0.54 GB estimate? ([Notebook 05](05_memory_tricks.ipynb) measures such a timeline tensor by tensor.)
+
+# %% tags=["nbval-ignore-output"] nbval_reason="the dotted line is this machine's measured peak."
+from course_utils import step_memory, timeline
+
+lora_step = step_memory.estimate_step("smollm2-135m", method="lora", batch=BATCH, seq=SEQ,
+                                      device=step_memory.estimate_device_for(measured.device))
+lora_timeline = timeline.predicted_timeline(lora_step)
+lesson.timeline_chart(lora_timeline, title="LoRA on SmolLM2-135M, batch 8 x 128, over one step",
+                      whole_process=True, measured_peak_bytes=measured.peak_bytes)
+plt.show()
+print(lesson.timeline_text(lora_timeline, whole_process=True))
+
+# %% [markdown]
+# **Text description of the chart.** Weights (and on a CPU the process's own memory) are there from the start; the activations grow layer by layer through the forward pass, and the peak comes as backward
+# starts, when the loss's gradient over the vocabulary joins them. LoRA's gradients and AdamW states are too
+# thin to see: the gap is activations and the framework, not the optimizer.
+
+# %% [markdown]
 # ### How the peak was read
 #
 # On a CPU the measured step runs in a fresh Python process, stopped if it takes too long, so that its peak

@@ -87,7 +87,7 @@ print(f"sum of the parts and measured peak agree within {TOLERANCE_PCT:g} %: {ab
 # The planner names the biggest parts of a GPU step's peak and the tricks that make it fit the card:
 
 # %%
-_ = lesson.bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=16.0, show_chart=False)
+_ = lesson.bottleneck_view("smollm2-135m", "full", batch=16, seq=512, budget_gb=16.0, show_chart=False, limit=2)
 
 # %% [markdown]
 # Time factors come from the arithmetic: forward 1, backward 2; checkpointing adds a forward: 4/3, near the
@@ -119,10 +119,7 @@ from course_utils.configs import read_config
 MINI = read_config("smollm2-135m")
 MINI.update(num_hidden_layers=4, vocab_size=8192)
 BASE = {"method": "full", "batch": 4, "seq": 256}
-print(f"{Architecture.from_config(MINI).params:,} parameters; estimated peaks:")
-for key in ("baseline", "checkpointing", "bf16", "adamw8bit", "accumulation"):
-    e = tricks.estimate_step_for(tricks.trick_kwargs(key, BASE), MINI, DEVICE)
-    print(f"  {tricks.TRICKS[key].label:<32} {e.peak_gb:.2f} GB")
+print(f"{Architecture.from_config(MINI).params:,} parameters")
 
 # %% [markdown]
 # ### Each trick in code
@@ -236,21 +233,40 @@ print(tricks.results_text(results))
 bf16 = results[2]  # the 16-bit row: skipped, or measured in which dtype
 print("16-bit row:", tricks.verdict(bf16, None, short=True) if bf16.skipped else bf16.measurement.autocast)
 
-# %% tags=["nbval-ignore-output"] nbval_reason="a chart of measured peaks and timings."
-import matplotlib.pyplot as plt
-
-lesson.tricks_chart(results)
-plt.show()
 # %% [markdown]
-# **Text description of the chart.** Two horizontal bar charts, one row per trick: left, the measured peak
-# memory in GB; right, the step time in seconds. A skipped trick has an empty bar labelled "skipped". The
-# table above gives the values.
+# ### Where the peak happens
 #
-# ### What the measurements say
+# A trick helps only if it shrinks what is alive *at the peak*. PyTorch's profiler records each tensor of the
+# baseline step by kind; the estimator predicts the same step. **Predict:** forward, backward or optimizer step?
+
+# %% tags=["nbval-ignore-output"] nbval_reason="a measured timeline, different on every machine and run."
+import matplotlib.pyplot as plt
+from course_utils import timeline, timeline_measure
+
+predicted = timeline.predicted_timeline(tricks.estimate_step_for(BASE, MINI, DEVICE))
+try:
+    measured = timeline_measure.measure_timeline(MINI, **BASE, device=DEVICE, timeout_s=120)
+except (RuntimeError, TimeoutError) as err:  # an older torch without the profiler's memory export
+    measured = None
+    print(f"prediction only: {err}")
+lesson.timeline_chart(predicted, measured, title="The baseline step")
+plt.show()
+print(lesson.timeline_text(predicted, measured))
+
+# %% [markdown]
+# Activations pile up layer by layer; the peak comes as backward starts, when the loss's gradient over the
+# vocabulary joins them. Each trick, predicted:
+
+# %%
+timelines = lesson.trick_timelines(MINI, BASE, DEVICE)
+lesson.timeline_grid(timelines)
+plt.show()
+
+# %% [markdown]
+# **Text description of the chart.** One panel per trick, stacked by kind as above; x marks each peak.
+# Checkpointing flattens the green activations; 8-bit AdamW thins the purple states to a quarter; accumulation
+# shrinks the green and keeps red gradients alive throughout.
 #
-# - **Checkpointing** drops only the layers' saved activations: baseline, weights, states and loss buffers stay.
-# - **8-bit AdamW**: 2 instead of 8 bytes per trained number.
-# - **Accumulation**: 4 micro-batches of 1 × 256 save a quarter of the activations each.
 # - **16-bit autocast** keeps a 16-bit copy of every weight until backward. Its "2× speed" is about GPUs'
 #   tensor cores (units for 16-bit matrix maths; NVIDIA datasheets: T4 65 TFLOP/s fp16 vs 8.1 fp32). A CPU has
 #   none: without bfloat16 instructions it emulates 16-bit maths, much slower, and the row is skipped; with

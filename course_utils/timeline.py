@@ -1,0 +1,175 @@
+"""One training step's memory over time, by kind: predicted from the step estimate, or measured.
+
+A :class:`Timeline` is a list of points, each the bytes alive at one moment of one step, split into
+:data:`KINDS`, with the moment's label and its :data:`PHASES` entry. :func:`predicted_timeline` builds one from
+:func:`course_utils.step_memory.estimate_step`'s own model, so its peak is the estimate's peak exactly;
+:mod:`course_utils.timeline_measure` measures one (the profiler's memory timeline on a CPU, the allocator's history
+on a GPU) into the same kinds, so the two can be drawn on the same axes. Arithmetic only here: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from course_utils.step_memory import StepEstimate, part_category
+
+#: What is alive, in the order a stacked chart draws it (bottom first). "framework" is the process's own memory
+#: (a CPU estimate's baseline and runtime): a profiler counts tensors only, so a measured timeline has none.
+KINDS = ("framework", "weights", "optimizer states", "gradients", "activations", "temporaries")
+#: The phases of one step, in order. A point's phase says where in the step it is.
+PHASES = ("before the step", "forward", "backward", "optimizer step", "after zero_grad")
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """The bytes alive at one moment of a step, by kind (keys of :data:`KINDS`; a missing kind is 0)."""
+
+    label: str
+    phase: str
+    by_kind: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Every kind together."""
+        return sum(self.by_kind.values())
+
+
+@dataclass
+class Timeline:
+    """A step's memory over time: ``points`` in order; ``times_s`` their seconds since the step began (measured),
+    or None (predicted: one point per moment of the model); ``source`` says which, in words."""
+
+    points: list[TimelinePoint]
+    source: str
+    times_s: list[float] | None = None
+    files: dict[str, str] = field(default_factory=dict)  # what a measurement saved: name -> path
+
+    @property
+    def peak(self) -> TimelinePoint:
+        """The point with the most bytes alive (the first, on a tie)."""
+        return max(self.points, key=lambda p: p.total)
+
+    def kind_max(self, kind: str) -> int:
+        """The most bytes of ``kind`` alive at any point."""
+        return max(p.by_kind.get(kind, 0) for p in self.points)
+
+
+def check_phase(phase: str) -> str:
+    """``phase`` if it is one of :data:`PHASES`; ValueError naming them otherwise."""
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
+    return phase
+
+
+def tensor_total(point: TimelinePoint, kinds: Sequence[str] = KINDS[1:]) -> int:
+    """The bytes of ``point`` in ``kinds``: by default every tensor kind, the framework left out."""
+    return sum(point.by_kind.get(k, 0) for k in kinds)
+
+
+# --------------------------------------------------------------------------------------------
+# The predicted timeline: the step estimate's own parts, moment by moment
+# --------------------------------------------------------------------------------------------
+#: Where each part of a step estimate's moment goes, by the estimate's own category (step_memory._category):
+#: the optimizer's part of a moment is its scratch space, and "overhead" the short-lived buffers of backward.
+_KIND_OF_CATEGORY = {
+    "activations": "activations",
+    "gradients": "gradients",
+    "optimizer": "temporaries",
+    "overhead": "temporaries",
+}
+
+
+#: The part of a tied embedding's backward that holds its two gradient contributions and their sum.
+_TIED_SUM = "tied embedding: 2 gradient contributions and their sum"
+#: The head's gradient, which a tied embedding holds as a contribution (not yet a ``.grad``) until the sum.
+_HEAD_GRAD = "output-layer weight gradient"
+
+
+def _moment_kinds(parts: dict[str, int], tied: bool = False) -> dict[str, int]:
+    """A moment of a step estimate (part label -> bytes) as bytes by kind. ``tied``: a tied embedding that trains,
+    whose gradient contributions are autograd's temporaries until they are summed into the one ``.grad``."""
+    out: dict[str, int] = {}
+
+    def add(kind: str, nbytes: int) -> None:
+        out[kind] = out.get(kind, 0) + nbytes
+
+    for label, nbytes in parts.items():
+        if tied and label == _TIED_SUM:  # the sum is the .grad; the two contributions are temporaries
+            add("gradients", nbytes // 3)
+            add("temporaries", nbytes - nbytes // 3)
+        elif tied and label == _HEAD_GRAD:
+            add("temporaries", nbytes)
+        else:
+            add(_KIND_OF_CATEGORY[part_category(label)], nbytes)
+    return out
+
+
+def _layer_gradient_bytes(est: StepEstimate) -> int:
+    """The gradient bytes of one decoder layer's trained tensors (full tuning: every weight; LoRA: its adapters)."""
+    arch = est.arch
+    if est.trained_params != arch.params:  # adapters only, all inside the layers
+        return est.grads_bytes // arch.layers
+    outside = sum(n for name, n, _ in arch.param_tensors() if name in ("embed_tokens", "norm", "lm_head"))
+    return est.grads_bytes * (arch.params - outside) // arch.params // arch.layers
+
+
+def predicted_timeline(est: StepEstimate) -> Timeline:
+    """The step of ``est`` over time, from the estimate's own model: one point before the step, one after each
+    layer's forward, the loss, the estimate's moments of backward in step order with a point after each layer's
+    backward between them, the optimizer step, and after ``zero_grad``. Steady state: the optimizer states exist
+    throughout (and with accumulation, the gradients kept from the earlier micro-batches: this is the last one).
+    Its peak is the estimate's peak, the same bytes at the same moment.
+    """
+    acts, arch, moments = est.activations, est.arch, est.moments
+    tied = arch.tied and est.trained_params == arch.params  # the embedding trains, and is the head too
+    # with checkpointing, peft makes the frozen embedding's output require grad: a leaf, which keeps its gradient
+    leaf_input = est.spec["checkpointing"] and est.trained_params != arch.params
+    tokens = est.spec["batch"] * est.spec["seq"]
+    logits = tokens * arch.vocab * (2 if est.spec["autocast"] else acts.hidden_bytes)  # the model's output
+    fixed = {
+        "framework": est.baseline_bytes + est.runtime_bytes,
+        "weights": est.weights_bytes,
+        "optimizer states": est.optimizer_bytes,
+    }
+    kept = est.grads_bytes if est.spec["accumulation"] > 1 else 0
+    points = [TimelinePoint("before the step", "before the step", {**fixed, "gradients": kept})]
+    for i, saved in enumerate(acts.cumulative[1:], start=1):
+        points.append(
+            TimelinePoint(f"layer {i} forward", "forward", {**fixed, "gradients": kept, "activations": saved})
+        )
+    points.append(
+        TimelinePoint(
+            "the loss (its float32 log-softmax kept, the logits alive)",
+            "forward",
+            {**fixed, "gradients": kept, "activations": acts.total + logits},
+        )
+    )
+    in_backward = [m for m in moments if m not in ("optimizer step", "end of backward (embedding gradient)")]
+    points += [TimelinePoint(m, "backward", {**fixed, **_moment_kinds(moments[m], tied)}) for m in in_backward]
+    head = moments.get("head backward (its weight gradient)", {}).get(_HEAD_GRAD, 0)
+    per_layer, hidden = _layer_gradient_bytes(est), tokens * arch.hidden
+    for i in range(arch.layers - 1, -1, -1):  # after layer i's backward: its saved tensors freed, its gradients made
+        # (with accumulation the kept .grad tensors take each new gradient in place: no new ones appear)
+        grads = kept or (0 if tied else head) + (arch.layers - i) * per_layer
+        flowing = hidden * acts.hidden_bytes  # the gradient of the hidden states, passed down
+        if i == 0 and leaf_input:  # it ends as the .grad of the embedding's output (a leaf that requires grad)
+            grads, flowing = grads + flowing, 0
+        points.append(
+            TimelinePoint(
+                f"layer {i + 1} backward",
+                "backward",
+                {
+                    **fixed,
+                    "activations": acts.cumulative[i],
+                    "gradients": grads,
+                    "temporaries": flowing + (head if tied and not kept else 0),
+                },
+            )
+        )
+    for m in ("end of backward (embedding gradient)", "optimizer step"):
+        if m in moments:
+            phase = "optimizer step" if m == "optimizer step" else "backward"
+            points.append(TimelinePoint(m, phase, {**fixed, **_moment_kinds(moments[m], tied)}))
+    points.append(TimelinePoint("after zero_grad", "after zero_grad", dict(fixed)))
+    return Timeline(points, f"predicted: {est.describe()} ({est.device})")
