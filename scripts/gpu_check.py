@@ -34,6 +34,10 @@ Sections, in order (``--sections`` takes their names or numbers):
 7. ``ddp`` - notebook 03's 2-process gloo DDP check, started after CUDA is initialised.
 8. ``trainer`` - notebook 05's memory-efficient ``TrainingArguments`` for 2 Trainer steps, and on Ampere or
    newer the same arguments with ``fp16=True`` forced (the T4 branch: float16 + the Trainer's loss scaling).
+9. ``timeline`` - notebook 05's baseline step over time (``timeline_measure.measure_timeline``: the profiler's
+   memory timeline, and the CUDA allocator's history saved as ``timeline/step_snapshot.pickle`` for
+   https://pytorch.org/memory_viz) against ``timeline.predicted_timeline``: tensor peaks within 5 %, the same
+   phase, each kind's most bytes alive side by side.
 
 So the T4 branch (float16 + loss scaling) runs on any card: forced on Ampere-or-newer ones, the default on a T4.
 
@@ -115,6 +119,7 @@ from gpu_check_memory import section_step_memory
 from gpu_check_models import section_ddp, section_qlora, section_trainer
 from gpu_check_plan import section_cases
 from gpu_check_procs import end_children
+from gpu_check_timeline import section_timeline
 from gpu_check_report import write_outputs
 
 SECTIONS: tuple[Section, ...] = (
@@ -126,12 +131,15 @@ SECTIONS: tuple[Section, ...] = (
     Section(4, "microbatch_sweep", "Micro-batch sweep on CUDA (notebook 03)", section_microbatch_sweep,
             min_s=5, cap_s=15),
     Section(5, "step_memory", "Whole-step estimate vs measured peak, fp16 and attention included; notebook 05's "
-            "tricks", section_step_memory, needs=("transformers",), min_s=40, cap_s=135),
+            "tricks", section_step_memory, needs=("transformers",), min_s=40, cap_s=120),
     Section(6, "qlora", "QLoRA on the offline stand-in (notebook 01b's loop), float16 compute included",
             section_qlora, needs=("transformers", "peft", "accelerate", "bitsandbytes"), min_s=20, cap_s=40),
     Section(7, "ddp", "gloo DDP after CUDA is initialised (notebook 03)", section_ddp, min_s=15, cap_s=22),
     Section(8, "trainer", "Memory-efficient TrainingArguments with the Trainer, fp16 included (notebook 05)",
             section_trainer, needs=("transformers", "accelerate"), min_s=15, cap_s=25),
+    Section(9, "timeline", "One step's memory over time, measured against predicted (notebook 05); the "
+            "allocator's history saved for pytorch.org/memory_viz", section_timeline, needs=("transformers",),
+            min_s=10, cap_s=15),
 )
 
 

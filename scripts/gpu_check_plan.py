@@ -150,6 +150,8 @@ def section_cases(key: str, native: bool, found: dict[str, str | None]) -> list[
                             "one float16 step with the loss x 1e6: skipped by the scaler"],
         "microbatch_sweep": ["micro-batches 1..64 of a batch of 64: same gradient, activation memory, time"],
         "ddp": ["2-process gloo DDP, 4 micro-batches of 8 each, started after CUDA is initialised"],
+        "timeline": ["notebook 05's baseline step (miniature, full, batch 4 x 256) over time: measured (profiler, "
+                     "allocator history saved for memory_viz) against predicted, peaks within 5 %, same phase"],
     }
     if key not in fixed:
         raise ValueError(f"key must be a section name, got {key!r}")

@@ -42,9 +42,10 @@ def _load():
 gc = _load()
 # the check's other files, imported by gpu_check.py from beside it
 gc_core, gc_plan, gc_procs = (sys.modules[n] for n in ("gpu_check_core", "gpu_check_plan", "gpu_check_procs"))
-gc_lessons, gc_memory, gc_models, gc_report = (
-    sys.modules[n] for n in ("gpu_check_lessons", "gpu_check_memory", "gpu_check_models", "gpu_check_report"))
-CHECK_MODULES = (gc, gc_core, gc_plan, gc_procs, gc_lessons, gc_memory, gc_models, gc_report)
+gc_lessons, gc_memory, gc_models, gc_report, gc_timeline = (
+    sys.modules[n] for n in ("gpu_check_lessons", "gpu_check_memory", "gpu_check_models", "gpu_check_report",
+                             "gpu_check_timeline"))
+CHECK_MODULES = (gc, gc_core, gc_plan, gc_procs, gc_lessons, gc_memory, gc_models, gc_report, gc_timeline)
 
 
 def patch_check(monkeypatch: pytest.MonkeyPatch, name: str, value: object) -> None:
@@ -294,10 +295,10 @@ def test_exit_status():
 
 def test_sections_are_in_the_brief_order_and_selectable():
     assert [s.key for s in gc.SECTIONS] == ["environment", "matmul", "mixed_precision", "microbatch_sweep",
-                                           "step_memory", "qlora", "ddp", "trainer"]
-    assert [s.number for s in gc.SECTIONS] == list(range(1, 9))
+                                           "step_memory", "qlora", "ddp", "trainer", "timeline"]
+    assert [s.number for s in gc.SECTIONS] == list(range(1, 10))
     assert [s.key for s in gc.parse_sections("qlora, 1")] == ["environment", "qlora"]
-    assert len(gc.parse_sections(None)) == 8
+    assert len(gc.parse_sections(None)) == 9
     with pytest.raises(ValueError, match="unknown section"):
         gc.parse_sections("matmul,nope")
     assert sum(s.cap_s for s in gc.SECTIONS) <= gc.DEFAULT_BUDGET_S - gc.RESERVE_S  # every section keeps its share
@@ -305,7 +306,7 @@ def test_sections_are_in_the_brief_order_and_selectable():
 
 def test_parse_args_defaults_and_errors(capsys):
     args = gc.parse_args([])
-    assert args.out == "gpu_check_out" and args.budget_s == 300 and len(args.section_list) == 8
+    assert args.out == "gpu_check_out" and args.budget_s == 300 and len(args.section_list) == 9
     assert args.strict is False and args.dry_run is False
     assert gc.parse_args(["--strict", "--budget-s", "200"]).strict is True
     with pytest.raises(SystemExit) as info:
@@ -1097,3 +1098,44 @@ def test_the_rule_2_probe_reads_autocasts_dtypes() -> None:
 
     kept = gc_lessons.autocast_float32_ops(torch, "cpu", torch.bfloat16)
     assert kept == {"softmax": torch.bfloat16, "layer_norm": torch.bfloat16}
+
+
+# --------------------------------------------------------------------------------------------
+# 9. One step over time, measured against predicted (simulated: the measurement is made up)
+# --------------------------------------------------------------------------------------------
+def _measured_like(predicted, scale: float, phase: str, files: dict[str, str]):
+    """A made-up measured timeline: two points, the second ``scale`` times the predicted tensor peak, in ``phase``."""
+    from course_utils.timeline import Timeline, TimelinePoint, tensor_total
+
+    top = int(tensor_total(predicted.peak) * scale)
+    points = [TimelinePoint("start", "before the step", {"weights": 10**8}),
+              TimelinePoint("top", phase, {"weights": 10**8, "activations": top - 10**8})]
+    return Timeline(points, "made up", times_s=[0.0, 0.1], files=files)
+
+
+@pytest.mark.parametrize("scale, phase", [(1.0, "backward"), (1.5, "backward"), (1.0, "forward")])
+def test_timeline_section_checks_the_peak_and_its_phase(monkeypatch, tmp_path, scale, phase):
+    from course_utils import step_memory, timeline, timeline_measure
+
+    est = step_memory.estimate_step(gc_timeline.miniature(), **gc_timeline.TIMELINE_CASE, device="cuda")
+    made = _measured_like(timeline.predicted_timeline(est), scale, phase,
+                          {"snapshot": str(tmp_path / "timeline" / "step_snapshot.pickle")})
+    seen = {}
+    monkeypatch.setattr(timeline_measure, "measure_timeline", lambda *a, **k: seen.update(k) or made)
+    out = gc_core.Outcome()
+    gc_timeline.section_timeline(_ctx(), out)
+    assert [c["ok"] for c in out.checks] == [scale == 1.0, phase == "backward"]
+    assert seen["device"] == "cuda" and seen["out_dir"].name == "timeline"  # the snapshot goes under --out
+    assert out.data["timeline_files"]["snapshot"].endswith("step_snapshot.pickle")
+    assert any("memory_viz" in note for note in out.notes)
+
+
+def test_timeline_section_without_the_export_is_a_skip(monkeypatch):
+    from course_utils import timeline_measure
+
+    def no_export(*args, **kwargs):
+        raise RuntimeError(timeline_measure.NO_EXPORT.format("2.0"))
+
+    monkeypatch.setattr(timeline_measure, "measure_timeline", no_export)
+    with pytest.raises(gc_core.Skip, match="profiler memory export"):
+        gc_timeline.section_timeline(_ctx(), gc_core.Outcome())
