@@ -227,16 +227,16 @@ def _profile_step(step: _Step, out_dir: Path, history: Any, keep: bool = True) -
             step.run(count=False)
         _mark("after zero_grad")
     raw = out_dir / RAW_NAME
-    try:
+    try:  # a deprecated export, and private event trees: any failure means no timeline from this torch
         prof.export_memory_timeline(str(raw), device=_profiler_device(dev))
-    except Exception as err:  # noqa: BLE001 - deprecated API: any failure means no timeline from this torch
+        with gzip.open(raw, "rt") as f:
+            events = json.load(f)
+        marks = _mark_times(prof.profiler.kineto_results.experimental_event_tree())
+        timeline = _timeline(events, marks, _category_names(), where=_where(dev))
+    except Exception as err:  # noqa: BLE001 - said in one line by the caller, never a traceback in a notebook
         raise RuntimeError(NO_EXPORT.format(torch.__version__) + f": {type(err).__name__}: {err}"[:300]) from None
-    with gzip.open(raw, "rt") as f:
-        events = json.load(f)
     if not keep:
         raw.unlink()
-    marks = _mark_times(prof.profiler.kineto_results.experimental_event_tree())
-    timeline = _timeline(events, marks, _category_names(), where=_where(dev))
     timeline.files.update({"profiler memory events": str(raw)} if keep else {})
     return timeline
 

@@ -26,17 +26,11 @@ export PATH="$PWD/$VENV/bin:$PATH"
 DEFAULT=(tests/test_widgets.py tests/test_lesson_quantization.py tests/test_lesson_mixed_precision.py tests/test_setup_cell.py
          tests/test_colab_stack.py notebooks/*.ipynb)
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
-# Notebook 01b runs once per model a machine without the Hub can have: the packaged copy (converted by
-# install.sh, chosen by default) in the run below, outputs compared; then the stand-in (random weights), named by
-# COURSE_MODEL_SOURCE, with --nbval-lax: its outputs differ from the committed ones, its errors still fail.
-NB01B=notebooks/01b_real_models_qlora.ipynb
-OPTIONS=(); STANDIN_RUN=yes   # a test path given: only that, and the stand-in run only if it holds 01b
-for arg in "$@"; do [ -e "${arg%%::*}" ] && { DEFAULT=(); STANDIN_RUN=no; break; }; done
-for arg in "$@"; do
-  path="${arg%%::*}"; path="${path%/}"
-  if [ ! -e "$path" ]; then OPTIONS+=("$arg")   # an option: it goes to both runs
-  elif [ "$NB01B" = "$path" ] || [ "${NB01B#"$path"/}" != "$NB01B" ]; then STANDIN_RUN=yes; fi
-done
+# 01b: the packaged copy in the run below, outputs compared; then the stand-in with --nbval-lax (its outputs
+# differ from the committed ones; its errors still fail). A test path given: only that.
+source scripts/standin_run.sh
+plan_standin_run "$@"
+if [ "$PATHS_GIVEN" = yes ]; then DEFAULT=(); fi
 status=0
 bounded "$VENV/bin/python" -m pytest "$@" ${DEFAULT[@]+"${DEFAULT[@]}"} || status=$?
 if [ "$STANDIN_RUN" = yes ]; then

@@ -19,16 +19,9 @@ export PATH="$PWD/$VENV/bin:$PATH"
 # pyproject's addopts, with --nbval-lax instead of --nbval.
 ADDOPTS="--nbval-lax --nbval-current-env --nbval-sanitize-with=tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider"
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
-# Notebook 01b runs once per model a machine without the Hub can have: the packaged copy (converted by
-# install.sh, chosen by default) in the run below, then the stand-in (random weights), named by COURSE_MODEL_SOURCE.
-NB01B=notebooks/01b_real_models_qlora.ipynb
-OPTIONS=(); STANDIN_RUN=yes   # test paths given: the stand-in run only if one of them holds 01b
-for arg in "$@"; do [ -e "${arg%%::*}" ] && { STANDIN_RUN=no; break; }; done
-for arg in "$@"; do
-  path="${arg%%::*}"; path="${path%/}"
-  if [ ! -e "$path" ]; then OPTIONS+=("$arg")   # an option: it goes to both runs
-  elif [ "$NB01B" = "$path" ] || [ "${NB01B#"$path"/}" != "$NB01B" ]; then STANDIN_RUN=yes; fi
-done
+# 01b: the packaged copy in the run below, then the stand-in (see standin_run.sh).
+source scripts/standin_run.sh
+plan_standin_run "$@"
 status=0
 bounded "$VENV/bin/python" -m pytest -o addopts="$ADDOPTS" "$@" || status=$?
 if [ "$STANDIN_RUN" = yes ]; then

@@ -8,6 +8,7 @@ allocator history's call order are checked on simulated GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,23 @@ def test_no_memory_export_is_a_clear_runtime_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.delattr(owner, "export_memory_timeline")
     with pytest.raises(RuntimeError, match="needs torch's profiler memory export"):
         timeline_measure._profile_step(object(), Path("."), history=None)  # type: ignore[arg-type]
+
+
+def test_an_export_that_fails_later_is_the_same_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Another torch may export, then change the private event tree the phases are read from: the notebook's
+    cell must get the one-line RuntimeError it catches (then it draws the prediction alone), not a traceback."""
+    from course_utils.measure import step_spec
+    from course_utils.training_step import _Step, build_model
+
+    spec = {**step_spec(TINY, method="full", **SHAPE, steps=1), "device": "cpu"}
+    step = _Step(spec, build_model(spec, torch.device("cpu")), torch.device("cpu"))
+
+    def changed(*args: Any, **kwargs: Any) -> None:
+        raise AttributeError("'_ProfilerResult' object has no attribute 'experimental_event_tree'")
+
+    monkeypatch.setattr(timeline_measure, "_mark_times", changed)
+    with pytest.raises(RuntimeError, match="needs torch's profiler memory export .*AttributeError"):
+        timeline_measure._profile_step(step, tmp_path, history=contextlib.nullcontext())
 
 
 # ---------------------------------------------------------------- CUDA, simulated
