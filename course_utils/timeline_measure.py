@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -228,7 +229,9 @@ def _profile_step(step: _Step, out_dir: Path, history: Any, keep: bool = True) -
         _mark("after zero_grad")
     raw = out_dir / RAW_NAME
     try:  # a deprecated export, and private event trees: any failure means no timeline from this torch
-        prof.export_memory_timeline(str(raw), device=_profiler_device(dev))
+        with warnings.catch_warnings():  # its deprecation notice, here only: a GPU step runs in the learner's kernel
+            warnings.filterwarnings("ignore", message=".*export_memory_timeline.*", category=FutureWarning)
+            prof.export_memory_timeline(str(raw), device=_profiler_device(dev))
         with gzip.open(raw, "rt") as f:
             events = json.load(f)
         marks = _mark_times(prof.profiler.kineto_results.experimental_event_tree())
