@@ -8,7 +8,11 @@ every call. Three are fused, and none of them keeps an s x s tensor for backward
 * **efficient** (memory-efficient attention): float32 or float16 from compute capability 5.0, bfloat16 from
   8.0, with or without a mask, but (up to torch 2.13, whose own documentation says so) not grouped-query
   attention: "GQA ... works only for Flash_attention and math kernel on CUDA tensor".
-* **cudnn**: on some recent cards and builds; it saves what flash saves.
+* **cudnn** (cuDNN's fused attention): 16-bit inputs, head size a multiple of 8 up to 128 (256 on an sm90 card),
+  grouped-query heads and masks alike. It saves what flash saves. PyTorch (2.10 and newer, with cuDNN 9.15.1 or
+  newer, as its CUDA wheels ship) tries it **first** on the data-centre Hopper and Blackwell chips (compute
+  capability 9.0 and 10.0: H100, H200, B200), unless ``TORCH_CUDNN_SDPA_DEPRIORITIZED`` is set; an H200 with
+  torch 2.11 ran it for every 16-bit step (``docs/gpu/h200.md``).
 
 The fallback, **math**, is plain PyTorch: it keeps the softmax of the scores, ``batch x heads x seq x seq``
 numbers per layer, in float32 even for 16-bit inputs ("all intermediates are kept in torch.float"), plus float32
@@ -25,6 +29,7 @@ PyTorch's own choice (``torch._fused_sdp_choice``), which cannot be asked about 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from course_utils import checks
@@ -44,6 +49,10 @@ MAX_FUSED_HEAD_DIM = 256
 ASSUMED_CAPABILITY = AMPERE
 #: The newest torch whose documentation this module's CUDA rules were read from.
 RULES_TORCH = "2.13"
+#: The compute capabilities on which PyTorch tries cuDNN attention before flash (sm90 and sm100).
+CUDNN_FIRST = ((9, 0), (10, 0))
+#: The environment variable that puts cuDNN attention back behind flash.
+CUDNN_DEPRIORITIZED = "TORCH_CUDNN_SDPA_DEPRIORITIZED"
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,24 @@ def sixteen_bit(device: str, capability: tuple[int, int] | None) -> str:
     return "bfloat16"
 
 
+def cudnn_first(capability: tuple[int, int]) -> bool:
+    """Whether PyTorch tries cuDNN attention first on a card of this compute capability (sm90 and sm100, unless
+    :data:`CUDNN_DEPRIORITIZED` is set to anything but 0 or false)."""
+    deprioritized = os.environ.get(CUDNN_DEPRIORITIZED, "").strip().lower() not in ("", "0", "false", "off", "no")
+    return tuple(capability) in CUDNN_FIRST and not deprioritized
+
+
+def cudnn_takes(capability: tuple[int, int], dtype: str, head_dim: int) -> bool:
+    """Whether cuDNN attention takes Q, K and V of this dtype and head size on this card."""
+    limit = 256 if tuple(capability) == (9, 0) else 128
+    return dtype != "float32" and head_dim % 8 == 0 and head_dim <= limit
+
+
 def cuda_backend(
     capability: tuple[int, int], dtype: str, *, gqa: bool, head_dim: int, mask: bool = False
 ) -> AttentionChoice:
-    """The backend CUDA SDPA picks, from the documented conditions (module doc): flash, else efficient, else math.
+    """The backend CUDA SDPA picks, from the documented conditions (module doc): cuDNN first on sm90 and sm100,
+    else flash, else efficient, else math.
 
     ``capability``: the card's compute capability, e.g. (7, 5) for a T4; ``dtype``: of Q, K and V at the call;
     ``gqa``: fewer K/V heads than query heads, passed with ``enable_gqa=True`` (transformers does so when there is
@@ -85,6 +108,8 @@ def cuda_backend(
     sm = f"sm{cap[0]}{cap[1]}"
     if head_dim > MAX_FUSED_HEAD_DIM:
         return AttentionChoice("math", f"head size {head_dim} > {MAX_FUSED_HEAD_DIM}: no fused kernel")
+    if cudnn_first(cap) and cudnn_takes(cap, dtype, head_dim):
+        return AttentionChoice("cudnn", f"{dtype} on {sm}: PyTorch tries cuDNN attention first there")
     if dtype != "float32" and cap >= AMPERE and not mask:
         return AttentionChoice("flash", f"{dtype} on {sm}")
     half_ok = dtype != "bfloat16" or bf16_capable(cap)  # no bfloat16 kernel on a card without bfloat16

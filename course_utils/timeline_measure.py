@@ -6,7 +6,9 @@ run by :class:`~course_utils.training_step._Step`), with the same arguments and 
 (the steady state, as :func:`course_utils.step_memory.estimate_step` assumes); then one step runs under
 ``torch.profiler`` with ``profile_memory=True``, and the profiler's memory timeline (every tensor allocated and
 freed, each filed by the profiler under a category: parameter, optimizer state, gradient, activation, temporary,
-input, autograd detail or unknown) becomes the bytes alive at each moment, by kind (:data:`CATEGORY_KINDS`).
+input, autograd detail or unknown) becomes the bytes alive at each moment, by kind (:data:`CATEGORY_KINDS`). On a
+CUDA GPU the profiler files no category for the forward's saved tensors; they are filed by their lifetime instead
+(:func:`_raw_events`).
 The step's phases are marked with ``torch.profiler.record_function`` events (:data:`MARKS`), read back on the
 profiler's own clock, so each point gets the phase it happened in.
 
@@ -25,11 +27,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
-import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -70,7 +72,7 @@ SNAPSHOT_NAME = "step_snapshot.pickle"
 #: The profiler's raw memory events, in ``out_dir`` when one is given.
 RAW_NAME = "step_memory_timeline.raw.json.gz"
 #: What :func:`measure_timeline` raises where the installed torch cannot export a memory timeline.
-NO_EXPORT = "the measured timeline needs torch's profiler memory export (torch {})"
+NO_EXPORT = "the measured timeline needs torch's profiler memory model (torch {})"
 
 
 def measure_timeline(
@@ -218,7 +220,7 @@ def _profile_step(step: _Step, out_dir: Path, history: Any, keep: bool = True) -
     """Run ``step`` once under the profiler (and ``history``); its memory timeline, from the raw export."""
     from torch.profiler import ProfilerActivity, profile
 
-    if not hasattr(profile, "export_memory_timeline"):
+    if not hasattr(profile, "_memory_profile"):
         raise RuntimeError(NO_EXPORT.format(torch.__version__))
     dev = step.dev
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
@@ -228,13 +230,11 @@ def _profile_step(step: _Step, out_dir: Path, history: Any, keep: bool = True) -
             step.run(count=False)
         _mark("after zero_grad")
     raw = out_dir / RAW_NAME
-    try:  # a deprecated export, and private event trees: any failure means no timeline from this torch
-        with warnings.catch_warnings():  # its deprecation notice, here only: a GPU step runs in the learner's kernel
-            warnings.filterwarnings("ignore", message=".*export_memory_timeline.*", category=FutureWarning)
-            prof.export_memory_timeline(str(raw), device=_profiler_device(dev))
-        with gzip.open(raw, "rt") as f:
-            events = json.load(f)
+    try:  # the profiler's private memory model and event tree: any failure means no timeline from this torch
         marks = _mark_times(prof.profiler.kineto_results.experimental_event_tree())
+        events = _raw_events(prof, _profiler_device(dev), marks)
+        with gzip.open(raw, "wt") as f:
+            json.dump(events, f)
         timeline = _timeline(events, marks, _category_names(), where=_where(dev))
     except Exception as err:  # noqa: BLE001 - said in one line by the caller, never a traceback in a notebook
         raise RuntimeError(NO_EXPORT.format(torch.__version__) + f": {type(err).__name__}: {err}"[:300]) from None
@@ -242,6 +242,53 @@ def _profile_step(step: _Step, out_dir: Path, history: Any, keep: bool = True) -
         raw.unlink()
     timeline.files.update({"profiler memory events": str(raw)} if keep else {})
     return timeline
+
+
+def _raw_events(prof: Any, device: str, marks: list[tuple[int, str]]) -> list[tuple[int, int, int, int]]:
+    """The step's memory events on ``device`` as the profiler's raw export writes them, ``(time ns, action, bytes,
+    category index)``, with one correction. On a CUDA GPU the profiler leaves the forward's saved tensors without a
+    category (torch 2.11 on an H200: docs/gpu/h200.md), where on a CPU it files them as activations. So a tensor
+    with no category that is created during a forward and is still alive when the next backward starts is filed as
+    an activation here, on every device; any other tensor keeps the profiler's category."""
+    from torch.profiler import _memory_profiler as mp
+
+    memory = mp.MemoryProfileTimeline(prof._memory_profile())
+    backward_starts = [t for t, phase in marks if phase == "backward"]
+    created: dict[Any, int] = {}
+    destroyed: dict[Any, int] = {}
+    for t, action, (key, _version), _nbytes in memory.timeline:
+        if action == mp.Action.CREATE:
+            created.setdefault(key, t)
+        elif action == mp.Action.DESTROY:
+            destroyed[key] = t
+
+    def saved_for_backward(key: Any) -> bool:
+        start, end = created.get(key), destroyed.get(key, math.inf)
+        return (
+            start is not None
+            and _phase_at(start, marks) == "forward"
+            and any(start < b <= end for b in backward_starts)
+        )
+
+    def index(key: Any, version: int) -> int:
+        category = memory.categories.get(key, version) if isinstance(key, mp.TensorKey) else None
+        if category is None and isinstance(key, mp.TensorKey) and saved_for_backward(key):
+            category = mp.Category.ACTIVATION
+        return mp._CATEGORY_TO_INDEX[category]
+
+    events = []
+    dev = torch.device(device)
+    for t, action, (key, version), nbytes in memory.timeline:
+        if key.device != dev:
+            continue
+        code = mp._ACTION_TO_INDEX[action]
+        if action == mp.Action.INCREMENT_VERSION:
+            events += [(t, code, -nbytes, index(key, version)), (t, code, nbytes, index(key, version + 1))]
+        elif action == mp.Action.DESTROY:
+            events.append((t, code, -nbytes, index(key, version)))
+        else:
+            events.append((t, code, nbytes, index(key, version)))
+    return events
 
 
 def _where(dev: torch.device) -> str:

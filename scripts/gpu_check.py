@@ -123,23 +123,23 @@ from gpu_check_timeline import section_timeline
 from gpu_check_report import write_outputs
 
 SECTIONS: tuple[Section, ...] = (
-    Section(1, "environment", "Environment and the hardware decisions", section_environment, min_s=3, cap_s=10),
+    Section(1, "environment", "Environment and the hardware decisions", section_environment, min_s=3, cap_s=5),
     Section(2, "matmul", "Matmul speed: 4096² and 8192², float32, float16, bfloat16", section_matmul,
-            min_s=10, cap_s=25),
+            min_s=10, cap_s=20),
     Section(3, "mixed_precision", "Mixed-precision training loop (notebook 02)", section_mixed_precision,
-            min_s=8, cap_s=20),
+            min_s=8, cap_s=15),
     Section(4, "microbatch_sweep", "Micro-batch sweep on CUDA (notebook 03)", section_microbatch_sweep,
-            min_s=5, cap_s=15),
+            min_s=5, cap_s=10),
     Section(5, "step_memory", "Whole-step estimate vs measured peak, fp16 and attention included; notebook 05's "
-            "tricks", section_step_memory, needs=("transformers",), min_s=40, cap_s=120),
+            "tricks", section_step_memory, needs=("transformers",), min_s=40, cap_s=167),
     Section(6, "qlora", "QLoRA on the offline stand-in (notebook 01b's loop), float16 compute included",
-            section_qlora, needs=("transformers", "peft", "accelerate", "bitsandbytes"), min_s=20, cap_s=40),
-    Section(7, "ddp", "gloo DDP after CUDA is initialised (notebook 03)", section_ddp, min_s=15, cap_s=22),
+            section_qlora, needs=("transformers", "peft", "accelerate", "bitsandbytes"), min_s=20, cap_s=30),
+    Section(7, "ddp", "gloo DDP after CUDA is initialised (notebook 03)", section_ddp, min_s=15, cap_s=15),
     Section(8, "trainer", "Memory-efficient TrainingArguments with the Trainer, fp16 included (notebook 05)",
-            section_trainer, needs=("transformers", "accelerate"), min_s=15, cap_s=25),
+            section_trainer, needs=("transformers", "accelerate"), min_s=15, cap_s=20),
     Section(9, "timeline", "One step's memory over time, measured against predicted (notebook 05); the "
             "allocator's history saved for pytorch.org/memory_viz", section_timeline, needs=("transformers",),
-            min_s=10, cap_s=15),
+            min_s=10, cap_s=10),
 )
 
 

@@ -35,7 +35,9 @@ TINY = tiny_models.TINY
         ("A100", "bfloat16", True, "flash"),
         ("A100", "float32", True, "math"),  # flash needs 16 bits; efficient takes no grouped-query heads
         ("A100", "float32", False, "efficient"),
-        ("H100", "float16", True, "flash"),
+        ("H100", "float16", True, "cudnn"),  # sm90: PyTorch tries cuDNN attention first (seen on an H200)
+        ("H200", "bfloat16", True, "cudnn"),
+        ("H200", "float32", True, "math"),  # cuDNN attention takes 16-bit inputs only (an H200 ran math)
         ("P100", "float16", False, "efficient"),
     ],
 )
@@ -43,6 +45,26 @@ def test_cuda_rules(card: str, dtype: str, gqa: bool, expected: str) -> None:
     choice = attention.cuda_backend(datasheets.lookup(card).capability, dtype, gqa=gqa, head_dim=64)
     assert choice.backend == expected
     assert choice.keeps_scores == (expected == "math")
+
+
+def test_cudnn_goes_first_only_on_sm90_and_sm100_and_steps_back_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def backend(cap: tuple[int, int], head_dim: int = 64, mask: bool = False) -> str:
+        return attention.cuda_backend(cap, "bfloat16", gqa=True, head_dim=head_dim, mask=mask).backend
+
+    assert [backend(cap) for cap in [(8, 0), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0)]] == [
+        "flash",
+        "flash",
+        "cudnn",
+        "cudnn",
+        "flash",  # sm103 (B300): not in PyTorch's list
+        "flash",
+    ]
+    assert backend((9, 0), mask=True) == "cudnn"  # cuDNN takes a mask; flash would not
+    assert backend((9, 0), head_dim=256) == "cudnn" and backend((10, 0), head_dim=256) == "flash"
+    assert backend((9, 0), head_dim=60) == "flash"  # not a multiple of 8
+    for value, expected in [("1", "flash"), ("true", "flash"), ("0", "cudnn"), ("", "cudnn")]:
+        monkeypatch.setenv(attention.CUDNN_DEPRIORITIZED, value)
+        assert backend((9, 0)) == expected, value
 
 
 def test_cuda_rules_mask_and_head_size() -> None:

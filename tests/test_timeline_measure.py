@@ -172,10 +172,10 @@ def test_a_child_past_its_time_limit_is_stopped() -> None:
         timeline_measure.measure_timeline(TINY, method="full", **SHAPE, device="cpu", timeout_s=1)
 
 
-def test_no_memory_export_is_a_clear_runtime_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    owner = next(c for c in torch.profiler.profile.__mro__ if "export_memory_timeline" in vars(c))
-    monkeypatch.delattr(owner, "export_memory_timeline")
-    with pytest.raises(RuntimeError, match="needs torch's profiler memory export"):
+def test_no_memory_model_is_a_clear_runtime_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    owner = next(c for c in torch.profiler.profile.__mro__ if "_memory_profile" in vars(c))
+    monkeypatch.delattr(owner, "_memory_profile")
+    with pytest.raises(RuntimeError, match="needs torch's profiler memory model"):
         timeline_measure._profile_step(object(), Path("."), history=None)  # type: ignore[arg-type]
 
 
@@ -192,8 +192,52 @@ def test_an_export_that_fails_later_is_the_same_clear_error(monkeypatch: pytest.
         raise AttributeError("'_ProfilerResult' object has no attribute 'experimental_event_tree'")
 
     monkeypatch.setattr(timeline_measure, "_mark_times", changed)
-    with pytest.raises(RuntimeError, match="needs torch's profiler memory export .*AttributeError"):
+    with pytest.raises(RuntimeError, match="needs torch's profiler memory model .*AttributeError"):
         timeline_measure._profile_step(step, tmp_path, history=contextlib.nullcontext())
+
+
+def test_tensors_the_profiler_leaves_unlabelled_are_filed_by_their_lifetime(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A CUDA GPU's profiler files no category for the forward's saved tensors (seen on an H200): with every
+    ACTIVATION label removed from a CPU step's memory model, the lifetime rule files the same bytes as activations
+    again, and without the rule they would be temporaries."""
+    from torch.profiler import _memory_profiler as mp
+
+    from course_utils.measure import step_spec
+    from course_utils.training_step import _Step, build_model
+
+    def profiled() -> Any:
+        spec = {**step_spec(TINY, method="full", **SHAPE, steps=1), "device": "cpu"}
+        step = _Step(spec, build_model(spec, torch.device("cpu")), torch.device("cpu"))
+        step.run(count=False)
+        return timeline_measure._profile_step(step, tmp_path, history=contextlib.nullcontext())
+
+    labelled = profiled()
+
+    class Unlabelled:
+        def __init__(self, categories: Any) -> None:
+            self.inner = categories
+
+        def get(self, key: Any, version: int) -> Any:
+            category = self.inner.get(key, version)
+            return None if category == mp.Category.ACTIVATION else category
+
+    original = mp.MemoryProfileTimeline.__init__
+
+    def without_activation_labels(self: Any, memory_profile: Any) -> None:
+        original(self, memory_profile)
+        self.categories = Unlabelled(self.categories)
+
+    monkeypatch.setattr(mp.MemoryProfileTimeline, "__init__", without_activation_labels)
+    relabelled = profiled()
+    assert labelled.kind_max("activations") > 0
+    assert relabelled.kind_max("activations") == pytest.approx(labelled.kind_max("activations"), rel=0.02)
+    assert relabelled.kind_max("temporaries") == pytest.approx(labelled.kind_max("temporaries"), rel=0.02)
+    monkeypatch.setattr(timeline_measure, "_phase_at", lambda t, marks: "backward")  # the rule switched off
+    unruled = profiled()
+    assert unruled.kind_max("activations") < 0.05 * labelled.kind_max("activations")
+    assert unruled.kind_max("temporaries") > labelled.kind_max("temporaries") + 0.5 * labelled.kind_max("activations")
 
 
 # ---------------------------------------------------------------- CUDA, simulated
