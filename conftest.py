@@ -2,10 +2,11 @@
 
 Notebook kernels started by nbval inherit this environment. scripts/test.sh sets the same variables.
 """
+
 import os
 
 for _name, _value in {
-    "HF_HUB_OFFLINE": "1",                # never wait for the Hugging Face Hub
+    "HF_HUB_OFFLINE": "1",  # never wait for the Hugging Face Hub
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # progress bars go to stderr, which nbval compares
     "TOKENIZERS_PARALLELISM": "false",

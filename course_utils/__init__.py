@@ -3,12 +3,11 @@
 The core, one module per concept: ``hardware`` (what machine is this?), ``quant`` (quantization), ``precision``
 (mixed precision), ``accumulation`` (gradient accumulation), ``memory`` / ``step_memory`` / ``bottleneck`` (memory
 estimates), ``measure`` and ``peak`` (measured steps), ``models`` (loading language models, with ``hub``,
-``standin``, ``packaged``, ``footprint``, ``lora``, ``tickets``, ``unsloth``); shared helpers in ``checks``,
+``standin``, ``packaged``, ``footprint``, ``lora``, ``tickets``); shared helpers in ``checks``,
 ``units``, ``quiet``, ``configs``, ``architecture``, ``cache``; the command line in ``cli``. The core imports no
 matplotlib and no ipywidgets. ``lessons`` has one module per notebook: its charts, widgets and exercises.
 Modules are imported on demand, so ``import course_utils`` stays cheap.
 """
-from __future__ import annotations
 
 from pathlib import Path
 

@@ -3,7 +3,6 @@
 This is the one place that names the repository. Badges, the Colab install line and the
 prev/next links are stamped from it by ``scripts/build_notebooks.py``.
 """
-from __future__ import annotations
 
 import re
 from typing import NamedTuple
@@ -40,18 +39,6 @@ COLAB_INSTALLS = ("bitsandbytes", "accelerate", "peft")
 #: Of those, what the setup cell installs no newer than SUPPORTED's top (a bitsandbytes release can change its
 #: 4-bit kernels and CPU path): ``bitsandbytes>=0.48.2,<=0.50.2``.
 COLAB_CAPPED = ("bitsandbytes",)
-#: Google Colab's stack (as of 2026-12-01), tested besides the two ends above: every notebook under nbval
-#: (outputs compared) and the widget tests, by scripts/test_colab.sh with requirements-colab.txt. Colab runs
-#: Python 3.13 and torch 2.11+cu128; the test runs Python 3.11 and the CPU torch 2.13. bitsandbytes: Colab has
-#: none; the setup cell installs this one.
-COLAB_TESTED: dict[str, str] = {
-    "transformers": "5.15.0",
-    "peft": "0.20.0",
-    "accelerate": "1.14.0",
-    "huggingface_hub": "1.27.0",
-    "ipywidgets": "7.7.1",
-    "bitsandbytes": "0.50.2",
-}
 
 
 class NotebookInfo(NamedTuple):
@@ -117,8 +104,8 @@ def version_status(package: str, installed: str | None) -> str | None:
         return f"{package} is not installed: pip install '{package}>={low}'"
     have, top = _as_tuple(installed), _as_tuple(high)
     if have < _as_tuple(low):
-        return (f"{package} {installed} is older than the course supports ({low} to {high}): "
-                f"pip install -U '{package}>={low}', then restart the runtime")
-    if have[:len(top)] > top:
+        fix = f"pip install -U '{package}>={low}', then restart the runtime"
+        return f"{package} {installed} is older than the course supports ({low} to {high}): {fix}"
+    if have[: len(top)] > top:
         return f"note: {package} {installed} is newer than the course has tested ({low} to {high}); report problems"
     return None

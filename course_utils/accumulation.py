@@ -16,18 +16,19 @@ This module holds the small pieces the notebook ``03_gradient_accumulation`` cal
 - the padding trap (per-micro-batch mean losses) and its fix (sum of token losses / total tokens);
 - the small dataset and models of the training loops (plain PyTorch and Hugging Face ``Trainer``).
 """
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Iterable, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_utils import checks, hardware
 from course_utils.digits import make_mlp
+from course_utils.training_step import saved_for_backward
 from course_utils.units import format_bytes, format_seconds
 
 #: The micro-batch sizes the notebook's sweep and widget offer (all divide the batch of 64).
@@ -46,45 +47,30 @@ def accumulation_steps_for(batch_size: int, micro_batch_size: int, world_size: i
     checks.integer(batch_size, "batch_size")
     checks.integer(world_size, "world_size", 1, batch_size)  # each process needs at least one example
     if batch_size % world_size:
-        raise ValueError(f"world_size must divide batch_size: {batch_size} examples cannot be shared "
-                         f"equally by {world_size} processes")
+        raise ValueError(f"world_size must divide batch_size ({batch_size}), got {world_size}")
     per_process = batch_size // world_size
     checks.integer(micro_batch_size, "micro_batch_size", 1, per_process)
     if per_process % micro_batch_size:
-        raise ValueError(f"micro_batch_size must divide the per-process batch ({per_process}): "
-                         f"{micro_batch_size} does not; try one of {_divisors(per_process)}")
+        divisors = [d for d in range(1, per_process + 1) if per_process % d == 0]  # the sizes that split it evenly
+        raise ValueError(
+            f"micro_batch_size must divide the per-process batch ({per_process}): "
+            f"{micro_batch_size} does not; try one of {divisors}"
+        )
     return per_process // micro_batch_size
-
-
-def _divisors(n: int) -> list[int]:
-    """The positive divisors of ``n``: the micro-batch sizes that split a batch of ``n`` evenly."""
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def scale_learning_rate(base_lr: float, base_batch: int, new_batch: int, rule: str = "linear") -> float:
     """A *starting point* for the learning rate when the effective batch changes (then tune it).
 
     ``"linear"`` scales with the batch (a common rule for SGD, Goyal et al. 2017); ``"sqrt"`` with its
-    square root (often used with Adam); ``"none"`` keeps it. Accumulating to the *same* batch you tuned
+    square root (often used with Adam). Accumulating to the *same* batch you tuned
     for needs no change: the gradient is the same.
     """
     base_lr = checks.positive(base_lr, "base_lr")
     checks.integer(base_batch, "base_batch")
     checks.integer(new_batch, "new_batch")
-    factors = {"linear": new_batch / base_batch, "sqrt": math.sqrt(new_batch / base_batch), "none": 1.0}
+    factors = {"linear": new_batch / base_batch, "sqrt": math.sqrt(new_batch / base_batch)}
     return base_lr * factors[checks.choice(rule, "rule", factors)]
-
-
-def trip_sizes(batch_size: int, micro_batch_size: int) -> list[int]:
-    """Examples in each micro-batch when a loop walks ``batch_size`` examples in steps of ``micro_batch_size``.
-
-    Unlike :func:`accumulation_steps_for` this accepts a size that does not divide the batch: the last trip is
-    then smaller (48 in trips of 10: ``[10, 10, 10, 10, 8]``), which is what a plain loop over a data loader does.
-    """
-    checks.integer(batch_size, "batch_size")
-    checks.integer(micro_batch_size, "micro_batch_size", 1, batch_size)
-    full, rest = divmod(batch_size, micro_batch_size)
-    return [micro_batch_size] * full + ([rest] if rest else [])
 
 
 def weight_per_item(counts: Sequence[int], normalize: str = "total_tokens") -> list[float]:
@@ -93,8 +79,8 @@ def weight_per_item(counts: Sequence[int], normalize: str = "total_tokens") -> l
     ``counts`` holds the items of each micro-batch. ``"micro_mean"``: each micro-batch's mean loss divided by the
     number of micro-batches, so an item of micro-batch *i* weighs ``1 / (len(counts) * counts[i])``.
     ``"total_tokens"``: each micro-batch's summed loss divided by all the items, so every item weighs
-    ``1 / sum(counts)``, exactly as in one big batch. The counts come from :func:`trip_sizes` (or another
-    checked source): at least one, each >= 1.
+    ``1 / sum(counts)``, exactly as in one big batch. The counts come from a checked source (the lesson's
+    hand-made cases): at least one, each >= 1.
     """
     if checks.choice(normalize, "normalize", ("micro_mean", "total_tokens")) == "micro_mean":
         return [1 / (len(counts) * n) for n in counts]
@@ -114,11 +100,12 @@ def _backward_micro_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     model.zero_grad(set_to_none=True)
     steps = accumulation_steps_for(len(x), micro_batch_size)  # ValueError unless the size divides the batch
     for xb, yb in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
-        (nn.functional.mse_loss(model(xb), yb) / steps).backward()
+        (F.mse_loss(model(xb), yb) / steps).backward()
 
 
-def accumulated_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                          micro_batch_size: int | None = None) -> list[torch.Tensor]:
+def accumulated_gradients(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int | None = None
+) -> list[torch.Tensor]:
     """Copies of every parameter's gradient (mean squared error) after running the batch as micro-batches.
 
     ``micro_batch_size=None`` runs the whole batch in one forward and backward pass: the reference.
@@ -130,31 +117,29 @@ def accumulated_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return grads
 
 
-@dataclass(frozen=True)
-class _GradientComparison:
+class _GradientComparison(NamedTuple):
     """How a gradient compares with a reference: ``same`` (allclose) and the largest difference."""
 
     same: bool
     max_difference: float
 
 
-def compare_gradients(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
-                      rtol: float = 1e-5, atol: float | None = None) -> _GradientComparison:
+def compare_gradients(
+    reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor], rtol: float = 1e-5, atol: float | None = None
+) -> _GradientComparison:
     """Compare two lists of gradients with ``torch.allclose``, parameter by parameter.
 
     ``atol=None`` scales the absolute tolerance to each gradient's size (``rtol`` x its largest entry):
     an entry near zero is a sum that cancelled out, and its rounding error follows the size of the terms
     that were added, not the size of the result. Pass ``atol`` explicitly for a fixed tolerance.
     """
-    if len(reference) != len(other):
-        raise ValueError(f"other must hold one gradient per parameter: {len(other)} vs {len(reference)}")
-    for a, b in zip(reference, other):
-        if a.shape != b.shape:
-            raise ValueError(f"gradient shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
-    same = all(torch.allclose(a, b, rtol=rtol, atol=rtol * float(a.abs().max()) if atol is None else atol)
-               for a, b in zip(reference, other))
-    diff = max(float((a - b).abs().max()) for a, b in zip(reference, other))
-    return _GradientComparison(same, diff)
+    if len(reference) != len(other) or any(a.shape != b.shape for a, b in zip(reference, other)):
+        raise ValueError("other must hold one gradient per parameter, each of its reference's shape")
+    same = all(
+        torch.allclose(a, b, rtol=rtol, atol=rtol * float(a.abs().max()) if atol is None else atol)
+        for a, b in zip(reference, other)
+    )
+    return _GradientComparison(same, max(float((a - b).abs().max()) for a, b in zip(reference, other)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,54 +159,15 @@ def regression_batch(batch_size: int = 64, in_features: int = _SWEEP_FEATURES) -
     return torch.randn(batch_size, in_features, generator=g), torch.randn(batch_size, 1, generator=g)
 
 
-def saved_tensor_bytes(step: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
-    """Bytes autograd keeps for backward while ``step()`` builds its graph (``step`` returns the loss).
-
-    Every tensor saved for backward passes through a ``saved_tensors_hooks`` pack hook; storages are
-    counted once (views share one), and the storages of ``exclude`` (the parameters: they exist
-    anyway) are left out. The graph is freed with a backward pass, so gradients accumulate as usual.
-    """
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
-        if ptr not in skip:
-            seen[ptr] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = step()
-    total = sum(seen.values())
-    loss.backward()
-    return total
-
-
-def _cuda_forward_bytes(step: Callable[[], torch.Tensor], device: torch.device) -> int:
-    """CUDA bytes the graph of one micro-batch holds after its forward pass, above what was held before.
-
-    Read with ``memory_allocated`` between the forward and the backward pass: that is the saved
-    activations (plus the small loss and output tensors). It is *not* the peak of forward + backward:
-    that peak also holds the backward pass's weight-gradient temporaries (one per weight matrix, the size
-    of the weights, whatever the micro-batch), which would hide the activations of a small micro-batch.
-    The backward pass runs afterwards, so gradients accumulate as usual.
-    """
-    torch.cuda.synchronize(device)
-    base = torch.cuda.memory_allocated(device)
-    loss = step()
-    torch.cuda.synchronize(device)
-    held = torch.cuda.memory_allocated(device) - base
-    loss.backward()
-    return max(0, held)
-
-
 #: What each activation-memory reading measures, by device type.
 MEMORY_METHODS = {
-    "cuda": ("CUDA memory held after one micro-batch's forward pass, above the weights and gradients already "
-             "held (the graph's saved activations, read before backward)"),
-    "cpu": ("bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters "
-            "excluded)"),
+    "cuda": (
+        "CUDA memory held after one micro-batch's forward pass, above the weights and gradients already "
+        "held (the graph's saved activations, read before backward)"
+    ),
+    "cpu": (
+        "bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters excluded)"
+    ),
 }
 
 
@@ -240,28 +186,35 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
     With accumulation only one micro-batch's activations are alive at a time, so this is the
     activation part of the peak. On CUDA it is what the allocator holds after the forward pass (the
     saved activations), read before backward so that weight-gradient temporaries are not counted;
-    elsewhere it is the bytes autograd saves for backward.
+    elsewhere it is the bytes autograd saves for backward. ``micro_batch_size`` divides the batch
+    (:func:`sweep_micro_batches` checked it).
     """
-    accumulation_steps_for(len(x), micro_batch_size)  # ValueError unless the size divides the batch
     # Copies, as a data loader would hand them over: a slice would share (and count) the whole batch's storage.
     xb, yb = x[:micro_batch_size].clone(), y[:micro_batch_size].clone()
 
     def step() -> torch.Tensor:
-        return nn.functional.mse_loss(model(xb), yb)
+        return F.mse_loss(model(xb), yb)
 
     model.zero_grad(set_to_none=True)
     kind = memory_method(x.device)
     if kind == "cuda":
+        # Read between the forward and the backward pass: the saved activations (plus the small loss and output),
+        # not the peak of the step, which also holds backward's weight-gradient temporaries (one per weight
+        # matrix, whatever the micro-batch) and would hide a small micro-batch's activations.
         step().backward()  # warm-up: allocate .grad and the kernels' workspaces before measuring
-        measured = _cuda_forward_bytes(step, x.device)
+        torch.cuda.synchronize(x.device)
+        base = torch.cuda.memory_allocated(x.device)
+        loss = step()
+        torch.cuda.synchronize(x.device)
+        measured = max(0, torch.cuda.memory_allocated(x.device) - base)
     else:
-        measured = saved_tensor_bytes(step, exclude=model.parameters())
+        loss, measured = saved_for_backward(step, exclude=model.parameters())
+    loss.backward()  # frees the graph
     model.zero_grad(set_to_none=True)
     return measured, MEMORY_METHODS[kind]
 
 
-@dataclass(frozen=True)
-class _ProportionCheck:
+class _ProportionCheck(NamedTuple):
     """Does activation memory grow in proportion to the micro-batch? ``spread``: largest over smallest bytes per
     example, minus 1 (0.0 means exactly proportional)."""
 
@@ -274,8 +227,8 @@ class _ProportionCheck:
         return self.spread <= self.rtol
 
     def __str__(self) -> str:
-        return (f"activation memory in proportion to the micro-batch (bytes per example equal within "
-                f"{self.rtol:.0%} at every size): {self.holds}")
+        claim = "activation memory in proportion to the micro-batch"
+        return f"{claim} (bytes per example equal within {self.rtol:.0%} at every size): {self.holds}"
 
 
 def proportion_check(rows: Sequence["MicroBatchRow"]) -> _ProportionCheck:
@@ -317,17 +270,16 @@ class MicroBatchRow:
     memory_what: str
 
 
-def sweep_micro_batches(sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: int = 64,
-                        device: torch.device | str | None = None) -> list[MicroBatchRow]:
+def sweep_micro_batches(
+    sizes: Sequence[int] = MICRO_BATCH_SIZES, batch_size: int = 64, device: torch.device | str | None = None
+) -> list[MicroBatchRow]:
     """Run one batch of ``batch_size`` at every micro-batch size: gradient check, activation memory, time.
 
     Uses ``make_mlp(**SWEEP_MLP)`` and :func:`regression_batch`. ``device`` defaults to the GPU when there
-    is one. On a CPU the sweep runs on one thread, for steady timings on a shared machine. The sizes are
-    checked here, once, for the helpers it calls.
+    is one. On a CPU the sweep runs on one thread, for steady timings on a shared machine. Each size is
+    checked (:func:`accumulation_steps_for`) by the gradient check, before its memory is measured.
     """
     checks.integer(len(sizes), "len(sizes)", 1, 16)
-    for size in sizes:
-        accumulation_steps_for(batch_size, size)
     dev = hardware.as_device(device)
     model = make_mlp(**SWEEP_MLP).to(dev)
     x, y = (t.to(dev) for t in regression_batch(batch_size))
@@ -375,8 +327,10 @@ def sweep_table(rows: Sequence[MicroBatchRow], measured: bool = True) -> str:
     body = [f"{r.micro_batch_size:>11} {r.accumulation_steps:>5} {str(r.same_gradient):>13}" for r in rows]
     if measured:
         head += f" {'largest diff':>12} {'activations':>11} {'time':>9}"
-        body = [f"{line} {r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} "
-                f"{format_seconds(r.seconds):>9}" for line, r in zip(body, rows)]
+        body = [
+            f"{line} {r.max_difference:>12.1e} {format_bytes(r.activation_bytes):>11} {format_seconds(r.seconds):>9}"
+            for line, r in zip(body, rows)
+        ]
     return "\n".join([head, *body])
 
 
@@ -411,10 +365,7 @@ def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2)) -> tuple[torch.T
     Real tokens and labels are drawn (seed 0) from 1 .. 31; padding positions hold token 0 and label
     :data:`IGNORE_INDEX`, so they add no loss.
     """
-    if not lengths:
-        raise ValueError("lengths must name at least one sequence length")
-    for n in lengths:
-        checks.integer(n, "lengths", 1, 4096)
+    checks.integer(len(lengths), "len(lengths)", 1)  # at least one sequence
     g = torch.Generator().manual_seed(0)
     width = max(lengths)
     tokens = torch.zeros(len(lengths), width, dtype=torch.long)
@@ -427,9 +378,7 @@ def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2)) -> tuple[torch.T
 
 def token_loss_sum(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Sum of the cross-entropy over real (non-padding) tokens, and how many real tokens there were."""
-    logits = model(tokens)
-    total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                        reduction="sum")
+    total = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
     return total, int((labels != IGNORE_INDEX).sum())
 
 
@@ -442,8 +391,7 @@ def regression_dataset(n: int = 256) -> torch.utils.data.TensorDataset:
     checks.integer(n, "n", 1, 1_000_000)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, 10, generator=g)
-    w = torch.randn(10, 1, generator=g)
-    y = x @ w + 0.1 * torch.randn(n, 1, generator=g)
+    y = x @ torch.randn(10, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)  # a true weight, then noise
     return torch.utils.data.TensorDataset(x, y)
 
 
@@ -468,21 +416,13 @@ class TinyRegressor(nn.Module):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         out = self.net(x)
-        result = {"logits": out}
-        if labels is not None:
-            result["loss"] = nn.functional.mse_loss(out, labels)
-        return result
+        if labels is None:
+            return {"logits": out}
+        return {"logits": out, "loss": F.mse_loss(out, labels)}
 
 
-class DictDataset(torch.utils.data.Dataset):
-    """Wraps a ``TensorDataset(x, y)`` as the dicts the Trainer feeds to a model: ``{"x": ..., "labels": ...}``."""
+class DictDataset(list):
+    """A ``TensorDataset(x, y)`` as the dicts the Trainer feeds to a model, ``{"x": ..., "labels": ...}``, in a list."""
 
     def __init__(self, data: torch.utils.data.TensorDataset) -> None:
-        self.data = data
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        x, y = self.data[i]
-        return {"x": x, "labels": y}
+        super().__init__({"x": x, "labels": y} for x, y in data)

@@ -10,7 +10,6 @@ method: float32, a 16-bit base, QLoRA with or without k-bit preparation (float32
 bfloat16 autocast. :func:`saved_activations` is exact against ``torch.autograd.graph.saved_tensors_hooks`` on
 small configs (tests/test_step_memory.py). Arithmetic only: no torch.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
@@ -30,28 +29,38 @@ class _T:
     nbytes: int
     rg: bool
 
-    def cast(self, nbytes: int) -> _T:
+    def cast(self, nbytes: int) -> "_T":
         """``.to(dtype)``: this tensor when it already has ``nbytes`` per number, else a new one."""
         return self if self.nbytes == nbytes else _T(self.width, nbytes, self.rg)
 
 
+@dataclass
 class _Walk:
-    """Walk a Llama-family forward pass of ``batch`` x ``seq`` tokens and record what autograd saves (module doc).
+    """Walk a Llama-family forward pass of ``tokens`` tokens, ``seq`` a sequence, and record what autograd saves
+    (module doc).
 
     ``saved`` maps each saved tensor - by identity, so a tensor saved twice counts once - or the name of a
     constant to its kind and bytes.
     """
 
-    def __init__(self, arch: Architecture, batch: int, seq: int, method: str, rank: int, targets: Sequence[str],
-                 autocast: bool, kbit_preparation: bool = True, math_attention: bool = False) -> None:
-        self.arch, self.tokens, self.seq, self.rank, self.targets = arch, batch * seq, seq, rank, targets
-        self.autocast, self.math_attention = autocast, math_attention
-        self.attention_bytes = 0  # bytes per number of Q, K and V where SDPA gets them (set by attention())
-        self.full = ALL_METHODS[method].trains_all  # every weight trains
+    arch: Architecture
+    tokens: int
+    seq: int
+    method: str
+    rank: int
+    targets: Sequence[str]
+    autocast: bool
+    kbit_preparation: bool
+    math_attention: bool
+    attention_bytes: int = 0  # bytes per number of Q, K and V where SDPA gets them (set by attention())
+
+    def __post_init__(self) -> None:
+        method = ALL_METHODS[self.method]
+        self.full = method.trains_all  # every weight trains
         # bytes per number of the layers' linear weights (0: 4-bit), and of the other weights (embedding, norms,
         # output layer) and so of the hidden states: float32 after QLoRA's k-bit preparation, else the base's dtype
-        self.linear_bytes = 0 if method == "qlora" else ALL_METHODS[method].model_bytes
-        self.rest_bytes = 4 if method == "qlora" and kbit_preparation else ALL_METHODS[method].model_bytes
+        self.linear_bytes = 0 if self.method == "qlora" else method.model_bytes
+        self.rest_bytes = 4 if self.method == "qlora" and self.kbit_preparation else method.model_bytes
         self.saved: dict[_T | str, tuple[str, int]] = {}
 
     def save(self, t: _T, what: str) -> None:
@@ -97,8 +106,8 @@ class _Walk:
 
     def _proj(self, x: _T, name: str, layer: int) -> _T:
         fan_in, fan_out = self.arch.projection_shapes()[name]
-        return self.linear(x, fan_in, fan_out, f"L{layer}.{name}", self.linear_bytes,
-                           lora=not self.full and name in self.targets)
+        lora = not self.full and name in self.targets
+        return self.linear(x, fan_in, fan_out, f"L{layer}.{name}", self.linear_bytes, lora)
 
     def attention(self, x: _T, layer: int) -> _T:
         a, rope_bytes = self.arch, self.rest_bytes  # cos and sin take the embedding output's dtype
@@ -126,10 +135,9 @@ class _Walk:
         expanded to every query head; each matmul keeps one factor where the other needs a gradient."""
         width, scores_rg = self.arch.q_width, q.rg or k.rg
         what = "attention (math: float32 q, k, v and s x s softmax)"
-        if k.rg:  # (q*c) @ kT keeps the scaled q for k's gradient ...
-            self.save(_T(width, 4, True), what)
-        if q.rg:  # ... and the scaled, expanded k for q's
-            self.save(_T(width, 4, True), what)
+        for needed in (k.rg, q.rg):  # (q*c) @ kT keeps the scaled q for k's gradient, the scaled, expanded k for q's
+            if needed:
+                self.save(_T(width, 4, True), what)
         if scores_rg or v.rg:  # the softmax keeps its output; softmax @ v keeps it for v's gradient
             self.save(_T(self.arch.heads * self.seq, 4, True), what)
         if scores_rg:  # softmax @ v keeps the (float32, expanded) v for the scores' gradient
@@ -161,15 +169,24 @@ class Activations:
     by_kind: dict[str, int]
     per_layer: int  # the last layer's saved bytes (what checkpointing recomputes at a time)
     hidden_bytes: int  # bytes per number of the hidden states (and of the embedding, norms and output layer)
-    attention_bytes: int = 0  # bytes per number of Q, K and V where SDPA gets them (4: float32, 2: 16-bit)
-    scores_bytes: int = 0  # one layer's s x s float32 scores (math attention), else 0
-    cumulative: tuple[int, ...] = ()  # saved bytes before the first layer, then once each layer's forward is done
+    attention_bytes: int  # bytes per number of Q, K and V where SDPA gets them (4: float32, 2: 16-bit)
+    scores_bytes: int  # one layer's s x s float32 scores (math attention), else 0
+    cumulative: tuple[int, ...]  # saved bytes before the first layer, then once each layer's forward is done
 
 
-def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str = "lora", lora_rank: int = 8,
-                      targets: Sequence[str] = ("q_proj", "v_proj"), autocast: bool = False,
-                      checkpointing: bool = False, kbit_preparation: bool = True,
-                      math_attention: bool = False) -> Activations:
+def saved_activations(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    *,
+    method: str = "lora",
+    lora_rank: int = 8,
+    targets: Sequence[str] = ("q_proj", "v_proj"),
+    autocast: bool = False,
+    checkpointing: bool = False,
+    kbit_preparation: bool = True,
+    math_attention: bool = False,
+) -> Activations:
     """Bytes autograd keeps for backward after the forward pass of one micro-batch (exact for Llama-family).
 
     Counted like ``saved_tensors_hooks`` sees them (each storage once, parameters excluded); with
@@ -177,12 +194,11 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
     :func:`estimate_step` (``qlora`` only). ``math_attention``: SDPA's math backend runs (it keeps the s x s scores,
     see :mod:`course_utils.attention`), not a fused one.
     """
-    walk = _Walk(arch, batch, seq, method, lora_rank, tuple(targets), bool(autocast), bool(kbit_preparation),
-                 bool(math_attention))
+    walk = _Walk(arch, batch * seq, seq, method, lora_rank, tuple(targets), autocast, kbit_preparation, math_attention)
     if walk.full:
         walk.save_const("input_ids", walk.tokens * 8, "token ids and labels")
     # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
-    x = _T(arch.hidden, walk.rest_bytes, walk.full or bool(checkpointing))
+    x = _T(arch.hidden, walk.rest_bytes, walk.full or checkpointing)
     per_layer = 0  # the last layer's saved bytes (layers after the first are alike; the first also saves cos/sin)
     cumulative = [walk.total]
     for i in range(arch.layers):
@@ -205,5 +221,4 @@ def saved_activations(arch: Architecture, batch: int, seq: int, *, method: str =
     for what, nbytes in walk.saved.values():
         by_kind[what] = by_kind.get(what, 0) + nbytes
     scores = batch * arch.heads * seq * seq * 4 if math_attention else 0
-    return Activations(total=walk.total, by_kind=by_kind, per_layer=per_layer, hidden_bytes=walk.rest_bytes,
-                       attention_bytes=walk.attention_bytes, scores_bytes=scores, cumulative=tuple(cumulative))
+    return Activations(walk.total, by_kind, per_layer, walk.rest_bytes, walk.attention_bytes, scores, tuple(cumulative))

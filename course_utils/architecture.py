@@ -9,7 +9,6 @@ architectures are built on PyTorch's meta device (shapes, no memory) and counted
 SmolLM2-135M at LoRA rank 8 on q_proj (576 -> 576) and v_proj (576 -> 192): 30 x 8 x (1152 + 768) = 460,800
 of its 134,515,008 parameters.
 """
-from __future__ import annotations
 
 import os
 from dataclasses import dataclass
@@ -28,9 +27,11 @@ MAX_LORA_RANK = 65_536
 _SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("llama", "mistral", "qwen2", "qwen3")
 
 Config = str | os.PathLike | Mapping[str, Any]
+#: LoRA targets as :func:`normalize_targets` reads them: 'q_proj,v_proj', a list of names, or 'all-linear'.
+Targets = str | Iterable[str]
 
 
-def normalize_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
+def normalize_targets(targets: Targets) -> tuple[str, ...]:
     """LoRA target names as a tuple: accepts 'q_proj,v_proj', a list, or 'all-linear' (every projection)."""
     if isinstance(targets, str):
         targets = targets.split(",")
@@ -39,12 +40,10 @@ def normalize_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
     items = [name for name in (str(t).strip() for t in targets) if name]
     if items == ["all-linear"]:
         return PROJECTIONS
-    if not items:
-        raise ValueError(f"targets must name at least one of {', '.join(PROJECTIONS)} (or all-linear)")
     unknown = [t for t in items if t not in PROJECTIONS]
-    if unknown:
-        raise ValueError(f"targets: unknown module name(s) {', '.join(unknown)}; "
-                         f"allowed: {', '.join(PROJECTIONS)} or all-linear")
+    if unknown or not items:
+        named = f"unknown module name(s) {', '.join(unknown)}" if unknown else "no module named"
+        raise ValueError(f"targets: {named}; allowed: {', '.join(PROJECTIONS)} or all-linear")
     return tuple(dict.fromkeys(items))  # keep order, drop repeats
 
 
@@ -78,15 +77,13 @@ class Architecture:
 
     def projection_shapes(self) -> dict[str, tuple[int, int]]:
         """(in_features, out_features) of each linear layer of one decoder layer."""
-        h, i = self.hidden, self.intermediate
-        return {"q_proj": (h, self.q_width), "k_proj": (h, self.kv_width), "v_proj": (h, self.kv_width),
-                "o_proj": (self.q_width, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        h, i, q, kv = self.hidden, self.intermediate, self.q_width, self.kv_width
+        return dict(zip(PROJECTIONS, [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]))
 
     def param_tensors(self) -> list[tuple[str, int, bool]]:
         """Every parameter tensor as (name, numel, is a linear weight of a layer), tied head counted once."""
         out: list[tuple[str, int, bool]] = [("embed_tokens", self.vocab * self.hidden, False)]
-        bias = {**dict.fromkeys(PROJECTIONS[:3], self.qkv_bias), "o_proj": self.o_bias,
-                **dict.fromkeys(PROJECTIONS[4:], self.mlp_bias)}
+        bias = dict(zip(PROJECTIONS, [self.qkv_bias] * 3 + [self.o_bias] + [self.mlp_bias] * 3))
         for _ in range(self.layers):
             for name, (fan_in, fan_out) in self.projection_shapes().items():
                 out.append((name, fan_in * fan_out, True))
@@ -105,13 +102,12 @@ class Architecture:
         """Exact parameter count (tied embeddings once)."""
         return sum(n for _, n, _ in self.param_tensors())
 
-    def adapter_tensors(self, rank: int, targets: str | Iterable[str]) -> list[int]:
+    def adapter_tensors(self, rank: int, targets: Targets) -> list[int]:
         """Sizes of the LoRA tensors (A: rank x in, B: out x rank) for every targeted projection of every layer."""
         rank = checks.integer(rank, "lora_rank", 1, MAX_LORA_RANK)
-        shapes = self.projection_shapes()
-        return [rank * n for t in normalize_targets(targets) for n in shapes[t]] * self.layers
+        return [rank * n for t in normalize_targets(targets) for n in self.projection_shapes()[t]] * self.layers
 
-    def adapter_params(self, rank: int, targets: str | Iterable[str] = DEFAULT_TARGETS) -> int:
+    def adapter_params(self, rank: int, targets: Targets = DEFAULT_TARGETS) -> int:
         """Exact number of LoRA numbers: rank x (in + out) for every targeted projection of every layer."""
         return sum(self.adapter_tensors(rank, targets))
 
@@ -121,18 +117,26 @@ class Architecture:
         cfg = read_config(config, sizes=("intermediate_size",))
         model_type = cfg.get("model_type")
         if model_type not in _SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"config: model_type {model_type!r} is not one the arithmetic knows "
-                             f"(supported: {', '.join(_SUPPORTED_MODEL_TYPES)})")
+            known = ", ".join(_SUPPORTED_MODEL_TYPES)
+            raise ValueError(f"config: model_type {model_type!r} is not one the arithmetic knows (supported: {known})")
         heads = cfg["num_attention_heads"]
-        return cls(model_type=model_type, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"],
-                   intermediate=cfg["intermediate_size"], layers=cfg["num_hidden_layers"], heads=heads,
-                   kv_heads=cfg.get("num_key_value_heads") or heads,
-                   head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                   tied=bool(cfg.get("tie_word_embeddings", model_type != "mistral")),
-                   qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
-                   o_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
-                   mlp_bias=bool(cfg.get("mlp_bias", False)), qk_norm=model_type == "qwen3",
-                   max_positions=cfg.get("max_position_embeddings"), name=config_name(config))
+        return cls(
+            model_type=model_type,
+            vocab=cfg["vocab_size"],
+            hidden=cfg["hidden_size"],
+            intermediate=cfg["intermediate_size"],
+            layers=cfg["num_hidden_layers"],
+            heads=heads,
+            kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            tied=bool(cfg.get("tie_word_embeddings", model_type != "mistral")),
+            qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+            o_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
+            mlp_bias=bool(cfg.get("mlp_bias", False)),
+            qk_norm=model_type == "qwen3",
+            max_positions=cfg.get("max_position_embeddings"),
+            name=config_name(config),
+        )
 
 
 def count_parameters(config: Config) -> int:
@@ -143,7 +147,7 @@ def count_parameters(config: Config) -> int:
     return count_on_meta(cfg)[0]
 
 
-def lora_adapter_params(config: Config, lora_rank: int = 8, targets: str | Iterable[str] = DEFAULT_TARGETS) -> int:
+def lora_adapter_params(config: Config, lora_rank: int = 8, targets: Targets = DEFAULT_TARGETS) -> int:
     """Exact number of numbers LoRA of rank ``lora_rank`` on ``targets`` trains."""
     cfg = read_config(config)
     if cfg.get("model_type") in _SUPPORTED_MODEL_TYPES:
@@ -151,8 +155,9 @@ def lora_adapter_params(config: Config, lora_rank: int = 8, targets: str | Itera
     return int(count_on_meta(cfg, lora_rank, targets)[1] or 0)
 
 
-def count_on_meta(config: Config, lora_rank: int | None = None,
-                  targets: str | Iterable[str] = DEFAULT_TARGETS) -> tuple[int, int | None]:
+def count_on_meta(
+    config: Config, lora_rank: int | None = None, targets: Targets = DEFAULT_TARGETS
+) -> tuple[int, int | None]:
     """Count parameters (and LoRA numbers, when ``lora_rank`` is given) with transformers and peft on the meta device.
 
     The model is :func:`course_utils.models.meta_model`'s: built on the meta device, every tensor has a shape

@@ -27,18 +27,13 @@ PyTorch's own choice (``torch._fused_sdp_choice``), which cannot be asked about 
 ``scripts/gpu_check.py`` records the backend that really ran on a card.
 """
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass
 
-from course_utils import checks
 from course_utils.datasheets import bf16_capable
 
 #: Every backend a step estimate can assume; "auto" asks :func:`choose_backend`.
 BACKENDS = ("flash", "efficient", "cudnn", "math")
-#: The backends that keep no s x s tensor.
-FUSED = ("flash", "efficient", "cudnn")
 #: Compute capability from which flash attention runs (Ampere).
 AMPERE = (8, 0)
 #: Compute capability from which the memory-efficient kernel runs.
@@ -75,9 +70,7 @@ class AttentionChoice:
 def sixteen_bit(device: str, capability: tuple[int, int] | None) -> str:
     """The 16-bit dtype a step uses on a device: float16 on a CUDA card without bfloat16 tensor cores (the one
     rule, :func:`course_utils.datasheets.bf16_capable`), else bfloat16."""
-    if device == "cuda" and not bf16_capable(capability or ASSUMED_CAPABILITY):
-        return "float16"
-    return "bfloat16"
+    return "float16" if device == "cuda" and not bf16_capable(capability or ASSUMED_CAPABILITY) else "bfloat16"
 
 
 def cudnn_first(capability: tuple[int, int]) -> bool:
@@ -99,47 +92,29 @@ def cuda_backend(
     """The backend CUDA SDPA picks, from the documented conditions (module doc): cuDNN first on sm90 and sm100,
     else flash, else efficient, else math.
 
-    ``capability``: the card's compute capability, e.g. (7, 5) for a T4; ``dtype``: of Q, K and V at the call;
-    ``gqa``: fewer K/V heads than query heads, passed with ``enable_gqa=True`` (transformers does so when there is
-    no mask); ``mask``: an explicit attention mask (padding).
+    ``capability``: the card's compute capability, e.g. (7, 5) for a T4; ``dtype``: of Q, K and V at the call
+    ("float32", "bfloat16" or "float16"); ``gqa``: fewer K/V heads than query heads, passed with
+    ``enable_gqa=True`` (transformers does so when there is no mask); ``mask``: an explicit attention mask (padding).
     """
-    checks.choice(dtype, "dtype", ("float32", "bfloat16", "float16"))
     cap = tuple(capability)
-    sm = f"sm{cap[0]}{cap[1]}"
+    sm = "sm{}{}".format(*cap)
     if head_dim > MAX_FUSED_HEAD_DIM:
         return AttentionChoice("math", f"head size {head_dim} > {MAX_FUSED_HEAD_DIM}: no fused kernel")
     if cudnn_first(cap) and cudnn_takes(cap, dtype, head_dim):
         return AttentionChoice("cudnn", f"{dtype} on {sm}: PyTorch tries cuDNN attention first there")
     if dtype != "float32" and cap >= AMPERE and not mask:
         return AttentionChoice("flash", f"{dtype} on {sm}")
-    half_ok = dtype != "bfloat16" or bf16_capable(cap)  # no bfloat16 kernel on a card without bfloat16
-    why_not_flash = (
-        "flash needs 16-bit inputs"
-        if dtype == "float32"
-        else "flash takes no mask"
-        if mask
-        else f"flash needs sm80+, this is {sm}"
-    )
+    if dtype == "float32":
+        why_not_flash = "flash needs 16-bit inputs"
+    else:
+        why_not_flash = "flash takes no mask" if mask else f"flash needs sm80+, this is {sm}"
     if gqa:
-        return AttentionChoice(
-            "math",
-            f"{dtype}, grouped-query heads: {why_not_flash}, and the memory-efficient "
-            f"kernel takes no grouped-query heads (torch {RULES_TORCH})",
-        )
-    if cap >= EFFICIENT_MIN_CAPABILITY and half_ok:
+        no_gqa = f"the memory-efficient kernel takes no grouped-query heads (torch {RULES_TORCH})"
+        return AttentionChoice("math", f"{dtype}, grouped-query heads: {why_not_flash}, and {no_gqa}")
+    # no bfloat16 kernel on a card without bfloat16
+    if cap >= EFFICIENT_MIN_CAPABILITY and (dtype != "bfloat16" or bf16_capable(cap)):
         return AttentionChoice("efficient", f"{dtype} on {sm}: {why_not_flash}")
     return AttentionChoice("math", f"{dtype} on {sm}: no fused kernel takes it")
-
-
-def cpu_backend(dtype: str, *, heads: int, kv_heads: int, head_dim: int) -> AttentionChoice:
-    """The backend CPU SDPA picks for a causal call without a mask: its flash kernel, for float32, bfloat16 and
-    float16 and grouped-query heads alike (torch 2.5+). No torch is imported to say so: tests/test_attention.py
-    checks this rule against PyTorch's own (``torch._fused_sdp_choice``) for every dtype and head layout."""
-    checks.choice(dtype, "dtype", ("float32", "bfloat16", "float16"))
-    checks.integer(heads, "heads", 1)
-    checks.integer(kv_heads, "kv_heads", 1, heads)
-    checks.integer(head_dim, "head_dim", 1)
-    return AttentionChoice("flash", f"{dtype} on a CPU: PyTorch's CPU flash kernel")
 
 
 def choose_backend(
@@ -155,10 +130,10 @@ def choose_backend(
 
     On CUDA, ``capability`` is the card's (None: an Ampere-or-newer card is assumed, and the reason says so).
     """
-    checks.choice(device, "device", ("cpu", "cuda"))
     dtype = "float32" if dtype_bytes == 4 else sixteen_bit(device, capability)
-    if device == "cpu":
-        return cpu_backend(dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if device == "cpu":  # a causal call without a mask: PyTorch's CPU flash kernel takes every dtype and head
+        # layout (torch 2.5+); tests/test_attention.py checks this rule against torch._fused_sdp_choice
+        return AttentionChoice("flash", f"{dtype} on a CPU: PyTorch's CPU flash kernel")
     choice = cuda_backend(capability or ASSUMED_CAPABILITY, dtype, gqa=kv_heads != heads, head_dim=head_dim)
     if capability is None:
         return AttentionChoice(choice.backend, choice.reason + "; no card named: sm80+ assumed")

@@ -16,7 +16,6 @@ adds fixed work (launching kernels, reading every weight again, adding into the 
 slower depends on the micro-batch and the machine, so an option with accumulation gives its arithmetic factor
 as a floor ("x1.00 or more") and says to measure it, instead of a number it cannot know.
 """
-from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
@@ -39,9 +38,9 @@ class Option:
     verdict: str
     time_factor: float
     cost: str
-    method_changed: bool = False
-    micro_batches: int = 1
-    kinds: frozenset[str] = frozenset()  # the kinds of change (keys of _MOVES): what _rank compares
+    method_changed: bool
+    micro_batches: int
+    kinds: frozenset[str]  # the kinds of change (keys of _MOVES): what _rank compares
 
     @property
     def fits(self) -> bool:
@@ -76,15 +75,17 @@ class Diagnosis:
         est, usable, on_gpu = self.estimate, self.usable_gb, self.estimate.device == "cuda"
         where = "GPU allocator counter" if on_gpu else "CPU process memory"
         of = f"GPU {self.budget_gb:g} GB, usable {usable:.4g} GB" if on_gpu else f"budget {usable:g} GB"
-        head = (f"{est.describe()}: {est.peak_gb:.2f} GB ({where}; {est.attention.backend} attention); {of}: "
-                f"{100 * est.peak_gb / usable:.0f} % of {'usable' if on_gpu else 'it'}")
+        share = f"{100 * est.peak_gb / usable:.0f} % of {'usable' if on_gpu else 'it'}"
+        head = f"{est.describe()}: {est.peak_gb:.2f} GB ({where}; {est.attention.backend} attention); {of}: {share}"
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
         big = sorted(est.parts(), key=lambda p: -p[1])[:3]
-        state = "tight: it may still run out of memory" if self.verdict == "tight" else \
-            f"it does not fit ({est.peak_gb - usable:.2f} GB over)"
-        lines = [f"{head}, {state}", f"biggest at the peak ({_short(est.peak_moment)}): "
-                 + " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)]
+        if self.verdict == "tight":
+            state = "tight: it may still run out of memory"
+        else:
+            state = f"it does not fit ({est.peak_gb - usable:.2f} GB over)"
+        biggest = " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)
+        lines = [f"{head}, {state}", f"biggest at the peak ({_short(est.peak_moment)}): {biggest}"]
         # same method first, then fewest changes (see _rank); then the nearest miss, "tight"
         shown = [o for o in self.options if o.fits][:limit] + [o for o in self.options if o.verdict == "tight"][:1]
         if not any(o.fits for o in shown):
@@ -92,8 +93,11 @@ class Diagnosis:
         if shown:
             width, tight = max(len(" + ".join(o.changes)) for o in shown), round(100 * TIGHT_SHARE)
             lines.append(f"options (fits: at most {tight} % of usable; tight: {tight}-100 %, may still run out):")
-            lines += [f"  {o.verdict:<5}  {' + '.join(o.changes):<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} "
-                      f"({'; '.join(map(_short, o.cost.split('; ')))})" for o in shown]
+            for o in shown:
+                changes, costs = " + ".join(o.changes), "; ".join(map(_short, o.cost.split("; ")))
+                lines.append(
+                    f"  {o.verdict:<5}  {changes:<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} ({costs})"
+                )
         return "\n".join(lines)
 
 
@@ -107,17 +111,20 @@ def _short(text: str) -> str:
 _MOVES = {
     "checkpointing": ("gradient checkpointing", "one extra forward of every layer"),
     "adamw8bit": ("8-bit AdamW", "about the same time on a GPU (fused kernel)"),
-    "accumulation": ("micro-batch {micro} x {k} accumulation steps",
-                     "same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
-                     "micro-batch uses the hardware less well: measure how much slower"),
+    "accumulation": (
+        "micro-batch {micro} x {k} accumulation steps",
+        "same arithmetic in {k} smaller steps: each step adds fixed work and a smaller "
+        "micro-batch uses the hardware less well: measure how much slower",
+    ),
     "lora": ("LoRA", "no weight gradients for the frozen base: about 2/3 of full fine-tuning's arithmetic"),
     "lora-bf16": ("LoRA on a {half} base", "like LoRA; {half} matmuls use the tensor cores"),
     "qlora": ("QLoRA", "like LoRA, plus unpacking every 4-bit weight at each use (slower per step: measure it)"),
 }
 
 
-def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = False,
-                           new_checkpointing: bool = False) -> float:
+def arithmetic_time_factor(
+    method: str, new_method: str, checkpointing: bool = False, new_checkpointing: bool = False
+) -> float:
     """Relative time of a step from its arithmetic: forward = 1; backward = 2 (weights trained) or about 1 (frozen);
     checkpointing adds one forward. Full fine-tuning with checkpointing: 4/3; LoRA instead of full: 2/3.
 
@@ -133,10 +140,18 @@ def arithmetic_time_factor(method: str, new_method: str, checkpointing: bool = F
     return cost(new_method, new_checkpointing) / cost(method, checkpointing)
 
 
-def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", batch: int = 8,
-                          budget_gb: float = 16.0, *, seq: int = 512, optimizer: str = "adamw",
-                          checkpointing: bool = False, device: str = "cuda",
-                          capability: tuple[int, int] | None = None) -> Diagnosis:
+def what_is_my_bottleneck(
+    config: Any = "smollm2-135m",
+    method: str = "full",
+    batch: int = 8,
+    budget_gb: float = 16.0,
+    *,
+    seq: int = 512,
+    optimizer: str = "adamw",
+    checkpointing: bool = False,
+    device: str = "cuda",
+    capability: tuple[int, int] | None = None,
+) -> Diagnosis:
     """Name what does not fit ``budget_gb`` and which tricks (alone or together) move the step under it.
 
     ``budget_gb`` is the GPU's memory (the card's, 0.5 GB to 10,000 GB); the step and each option are judged
@@ -161,34 +176,38 @@ def what_is_my_bottleneck(config: Any = "smollm2-135m", method: str = "full", ba
     half = {"float16": "fp16", "bfloat16": "bf16"}[sixteen_bit(getattr(device, "type", device), capability)]
     usable = step_limit_gb(budget_gb, getattr(device, "type", device))  # a GPU: the card's memory less the context
     est = estimate_step(config, method=method, batch=batch, optimizer=optimizer, checkpointing=checkpointing, **common)
-    diag = Diagnosis(estimate=est, budget_gb=float(budget_gb), usable_gb=usable,
-                     verdict=step_verdict(est.peak_gb, usable))
+    diag = Diagnosis(est, float(budget_gb), usable, step_verdict(est.peak_gb, usable))
     if diag.fits:
         return diag
-    methods = list(METHODS)
+    later = list(itertools.dropwhile(lambda m: m != method, METHODS))  # this method and the cheaper ones
+    flags = sorted({checkpointing, True}), sorted({optimizer == "adamw8bit", True})  # checkpointing, 8-bit AdamW
     splits = [k for k in (1, 2, 4, 8, 16, 32, 64) if batch % k == 0]
-    for new_method, ck, eight_bit in itertools.product(methods[methods.index(method):], sorted({checkpointing, True}),
-                                                       sorted({optimizer == "adamw8bit", True})):
+    for new_method, ck, eight_bit in itertools.product(later, *flags):
+        step = {**common, "method": new_method, "checkpointing": ck, "optimizer": "adamw8bit" if eight_bit else "adamw"}
+        factor = arithmetic_time_factor(method, new_method, checkpointing, ck)
         tried: list[tuple[int, Any, str]] = []  # (micro-batches, estimate, verdict), fewest micro-batches first
         for k in splits:  # accumulation costs time on a real GPU: as few micro-batches as possible
-            new = estimate_step(config, method=new_method, batch=batch // k, accumulation=k, checkpointing=ck,
-                                optimizer="adamw8bit" if eight_bit else "adamw", **common)
+            new = estimate_step(config, batch=batch // k, accumulation=k, **step)
             tried.append((k, new, step_verdict(new.peak_gb, usable)))
             if tried[-1][2] == "fits":
                 break
         # the first that is tight (when it comes before a fit) and the first that fits; else the last try
         kept = [t for t in tried if t[2] == "fits"] + [t for t in tried if t[2] == "tight"][:1]
         for k, new, verdict in kept or tried[-1:]:
-            wanted = {new_method: new_method != method, "checkpointing": ck and not checkpointing,
-                      "adamw8bit": eight_bit and optimizer != "adamw8bit", "accumulation": k > 1}
-            kinds = [kind for kind, on in wanted.items() if on]
-            if kinds:  # a combination that changes nothing is the step itself
-                names, costs = zip(*([text.format(micro=batch // k, k=k, half=half) for text in _MOVES[kind]]
-                                     for kind in kinds))
-                diag.options.append(Option(names, new.peak_gb, verdict,
-                                           arithmetic_time_factor(method, new_method, checkpointing, ck),
-                                           "; ".join(costs), method_changed=new_method != method, micro_batches=k,
-                                           kinds=frozenset(kinds)))
+            changed = {
+                new_method: new_method != method,
+                "checkpointing": ck and not checkpointing,
+                "adamw8bit": eight_bit and optimizer != "adamw8bit",
+                "accumulation": k > 1,
+            }
+            kinds = [kind for kind, on in changed.items() if on]
+            if not kinds:  # a combination that changes nothing is the step itself
+                continue
+            moves = [[text.format(micro=batch // k, k=k, half=half) for text in _MOVES[kind]] for kind in kinds]
+            names, costs = zip(*moves)
+            cost = "; ".join(costs)
+            option = Option(names, new.peak_gb, verdict, factor, cost, new_method != method, k, frozenset(kinds))
+            diag.options.append(option)
     diag.options = _rank(diag.options)
     return diag
 
@@ -198,9 +217,14 @@ def _rank(options: list[Option]) -> list[Option]:
     only the cost); then fewest changes, fewest micro-batches, least time. An option is dropped when a fitting or
     tight one makes a subset of its changes with a verdict at least as good (and is not the same option)."""
     level = {verdict: i for i, verdict in enumerate(STEP_VERDICTS)}
-    options = sorted(options, key=lambda o: (level[o.verdict], o.method_changed, len(o.changes), o.micro_batches,
-                                             o.time_factor, o.peak_gb))
     better = [o for o in options if o.verdict != "does not fit"]
-    return [o for o in options if not any((f.kinds < o.kinds and level[f.verdict] <= level[o.verdict])
-                                          or (f.kinds == o.kinds and level[f.verdict] < level[o.verdict])
-                                          for f in better)]
+
+    def beaten(o: Option) -> bool:
+        """Whether a fitting or tight option makes fewer of its changes at least as well, or the same ones better."""
+        at_least_as_good = [f for f in better if level[f.verdict] <= level[o.verdict]]
+        return any(f.kinds < o.kinds or (f.kinds == o.kinds and f.verdict != o.verdict) for f in at_least_as_good)
+
+    def order(o: Option) -> tuple:
+        return (level[o.verdict], o.method_changed, len(o.changes), o.micro_batches, o.time_factor, o.peak_gb)
+
+    return sorted((o for o in options if not beaten(o)), key=order)

@@ -4,8 +4,8 @@
 cannot be created (a read-only home), :func:`writable_cache_dir` falls back to the system's temporary folder.
 Nothing heavy is imported here (no torch), so the online/offline decision can look into the cache cheaply.
 """
-from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -28,17 +28,12 @@ def fallback_dir() -> Path:
 
 def writable_cache_dir(folder: str | Path | None = None) -> Path:
     """``folder`` (created; an error if it cannot be), else :func:`cache_dir`, else :func:`fallback_dir`."""
-    if folder is not None:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return Path(folder)
-    for base in (cache_dir(), fallback_dir()):
-        try:
+    bases = [Path(folder)] if folder is not None else [cache_dir(), fallback_dir()]  # a folder given is never replaced
+    for base in bases:
+        with contextlib.suppress(OSError):
             base.mkdir(parents=True, exist_ok=True)
             return base
-        except OSError:
-            continue
-    raise OSError(f"neither {cache_dir()} nor {fallback_dir()} can be created: set COURSE_UTILS_CACHE to a "
-                  "writable folder")
+    raise OSError(f"cannot create {' or '.join(map(str, bases))}: set COURSE_UTILS_CACHE to a writable folder")
 
 
 def build_once(target: Path, build: Callable[[Path], None], complete: Callable[[Path], bool]) -> Path:
@@ -56,6 +51,5 @@ def build_once(target: Path, build: Callable[[Path], None], complete: Callable[[
             if not complete(target):
                 raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when the rename succeeded
     return target

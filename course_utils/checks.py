@@ -3,7 +3,6 @@
 Each check returns the value (converted where said) or raises ``TypeError`` (wrong kind: ``True`` is not a
 number here) or ``ValueError`` (right kind, out of range). Messages read ``"<name> must be ..., got ..."``.
 """
-from __future__ import annotations
 
 import math
 from typing import Any, Iterable
@@ -18,8 +17,7 @@ def integer(value: Any, name: str, low: int | None = 1, high: int | None = None)
     return int(value)
 
 
-def number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
-           low_open: bool = False) -> float:
+def number(value: Any, name: str, low: float | None = None, high: float | None = None, low_open: bool = False) -> float:
     """``value`` as a finite float in ``[low, high]`` (``(low, high]`` with ``low_open``). Booleans are rejected."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")

@@ -2,22 +2,22 @@
 
 ``memory`` without options prints the lesson's table (four models x four methods x three budgets). With
 ``--params N``, ``--config PATH|PRESET`` or ``--model ORG/NAME`` it estimates one model; ``--batch``, ``--seq``,
-``--checkpointing``, ``--optimizer`` or ``--measure`` switch to a whole training step (activations included);
-``--budgets`` and ``--gpu`` set the memory budgets: the table marks a row "fits" at most at the 70 % line of the
-memory; a whole step is judged by :func:`course_utils.memory.step_verdict` ("fits" up to 90 % of usable, "tight"
-up to 100 %, else "does not fit"; on a GPU usable = the card's memory less the 0.5 GB CUDA context; a CPU
+``--checkpointing``, ``--optimizer``, ``--timeline`` or ``--measure`` switch to a whole training step (activations
+included); ``--budgets`` and ``--gpu`` set the memory budgets: the table marks a row "fits" at most at the 70 % line
+of the memory; a whole step is judged by :func:`course_utils.memory.step_verdict` ("fits" up to 90 % of usable,
+"tight" up to 100 %, else "does not fit"; on a GPU usable = the card's memory less the 0.5 GB CUDA context; a CPU
 estimate, without ``--gpu``, against the whole memory). ``--method`` also accepts the methods beyond the table
 (:data:`course_utils.memory.EXTRA_METHODS`, e.g. ``full-bf16``); the table without ``--method`` keeps its four.
-Bad input, absurd sizes included (``--params 1e30``): one line on stderr naming the option and its allowed
-range, exit status 2. Table mode imports no torch, so it answers instantly.
+Bad input, absurd sizes included (``--params 1e30``), and a library that is not installed (torch for ``--measure``):
+one line on stderr naming the option (and what to install), exit status 2. Table mode imports no torch.
 """
-from __future__ import annotations
 
 import argparse
 import os
 import re
 import sys
-from typing import Any, NoReturn, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from course_utils import memory as mem
 from course_utils import step_memory as sm
@@ -25,14 +25,14 @@ from course_utils.architecture import DEFAULT_TARGETS, normalize_targets
 from course_utils.configs import config_presets, fetch_config, read_config, resolve_config
 from course_utils.datasheets import CUDA_CONTEXT_GB
 
+#: What "tight" means, under the verdicts of a whole step.
+_TIGHT_MEANS = "the allocator's reserve and fragmentation (or the system) can still run out of memory."
 #: The options that turn the table into a whole-step estimate.
 _STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure", "no_kbit_preparation", "timeline")
 _DESCRIPTION = (
-    "Estimate the memory a training run needs for weights, gradients and AdamW states (activations not "
-    "included), and whether it fits a memory budget (at most its 70% line). Without options: the lesson's table. "
-    "With --batch/--seq (or --checkpointing, --optimizer, --measure): a whole training step, activations included: "
-    "it fits up to 90% of usable memory (with --gpu: the card's memory less the 0.5 GB CUDA context; without, a CPU "
-    "process against the whole memory), is tight from 90% to 100%, and does not fit above.")
+    "The memory of training a model: weights, gradients, optimizer states (a row fits at most at 70% of a budget). "
+    "With a step option (--batch, --seq, ...): a whole step, activations included (fits up to 90% of usable memory)."
+)
 
 
 class _ExitError(Exception):
@@ -67,47 +67,59 @@ def param_count(text: str) -> int:
         raise ValueError(f"{text!r} is not a count (examples: 134515008, 7e9, 1.7B, 135M)")
     value = float(m.group(1).replace("_", "").replace(",", "")) * _SUFFIX[m.group(2).lower()]
     if not mem.MIN_PARAMS <= value <= mem.MAX_PARAMS:  # 1e400 reads as inf: outside too
-        raise ValueError(f"must be between {_count_text(mem.MIN_PARAMS)} and {_count_text(mem.MAX_PARAMS)} "
-                         f"(100 trillion) parameters, got {text.strip()!r}")
+        low, high = _count_text(mem.MIN_PARAMS), _count_text(mem.MAX_PARAMS)
+        raise ValueError(f"must be between {low} and {high} (100 trillion) parameters, got {text.strip()!r}")
     return int(round(value))
 
 
-def _typed(convert):
-    """An argparse ``type=`` that turns ValueError/TypeError into argparse's own error."""
-    def parse(text: str):
+def _typed(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type=`` whose ValueError/TypeError becomes argparse's own one-line error."""
+
+    def parse(text: str) -> Any:
         try:
             return convert(text)
         except (ValueError, TypeError) as err:
             raise argparse.ArgumentTypeError(str(err).removeprefix("targets: ")) from None
+
     return parse
 
 
-def _whole(high: int):
+def _whole(high: int) -> Callable[[str], int]:
     """A parser of whole numbers from 1 to ``high``."""
+
     def whole(text: str) -> int:
         if not text.strip().lstrip("+-").isdigit():
             raise ValueError(f"{text!r} is not a whole number")
         if not 1 <= int(text) <= high:
             raise ValueError(f"must be a whole number between 1 and {_count_text(high)}, got {int(text)}")
         return int(text)
-    return whole
+
+    return _typed(whole)
 
 
 def _budget_sizes(text: str) -> list[mem.Budget]:
-    items = [item.strip().upper().removesuffix("GB").strip() for item in text.split(",")]
+    """Budgets in GB from '12,24' (a 'GB' suffix allowed), each between MIN_BUDGET_GB and MAX_BUDGET_GB."""
     try:
-        values = [float(item) for item in items]
+        values = [float(item.strip().upper().removesuffix("GB")) for item in text.split(",")]
     except ValueError:
         raise ValueError(f"{text!r}: budgets are sizes in GB separated by commas, e.g. 12,24") from None
     bad = [v for v in values if not mem.MIN_BUDGET_GB <= v <= mem.MAX_BUDGET_GB]  # nan and inf are outside too
     if bad:
-        raise ValueError(f"every budget must be between {mem.MIN_BUDGET_GB:g} and {_count_text(mem.MAX_BUDGET_GB)} "
-                         f"GB, got {bad[0]:g}")
+        high = _count_text(mem.MAX_BUDGET_GB)
+        raise ValueError(f"every budget must be between {mem.MIN_BUDGET_GB:g} and {high} GB, got {bad[0]:g}")
     return [mem.Budget(f"{v:g} GB", v) for v in values]
 
 
 def _gpu_budgets(text: str) -> list[mem.Budget]:
-    return [mem.gpu_budget(name.strip()) for name in text.split(",")]  # an empty name is not in the table either
+    """One budget per GPU name of the datasheet table ('T4,H100'); an empty name is not in the table either."""
+    return [mem.gpu_budget(name.strip()) for name in text.split(",")]
+
+
+def _figure_path(text: str) -> str:
+    """A file name for the timeline chart: .png, .svg or .pdf."""
+    if os.path.splitext(text)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"{text!r} must end in .png, .svg or .pdf")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,152 +127,167 @@ def build_parser() -> argparse.ArgumentParser:
     prog = "python -m course_utils" if os.path.basename(sys.argv[0]) in ("__main__.py", "-m") else "course-utils"
     parser = _Parser(prog=prog, description="Helpers of the course 'Pack the bag smarter'.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-    memory = sub.add_parser("memory", help="estimate the memory of training a model (weights, gradients, AdamW)",
-                            description=_DESCRIPTION)
-    memory.add_argument("--method", choices=tuple(mem.ALL_METHODS), default=None,
-                        help="show one method only (table); the method of the step (default lora). full-bf16: "
-                             "every weight, its gradient and AdamW's states in bfloat16 (8 bytes per parameter)")
-    what, budgets = memory.add_mutually_exclusive_group(), memory.add_mutually_exclusive_group()
+    memory = sub.add_parser("memory", help="estimate the memory of training a model", description=_DESCRIPTION)
+    presets = ", ".join(config_presets())
+    model = memory.add_mutually_exclusive_group()
+    model.add_argument("--params", type=_typed(param_count), metavar="N", help="parameter count, e.g. 7e9, 1.7B, 135M")
+    model.add_argument("--config", metavar="PATH", help=f"an architecture config.json, or a shipped preset: {presets}")
+    model.add_argument("--model", metavar="ORG/NAME", help="a Hugging Face Hub model (reads its config.json only)")
+    memory.add_argument("--method", choices=mem.ALL_METHODS, help="one method only (table); the step's (default lora)")
+    memory.add_argument(
+        "--lora-rank", type=_whole(mem.MAX_LORA_RANK), default=mem.REFERENCE_RANK, help="rank (default %(default)s)"
+    )
+    memory.add_argument(
+        "--targets", type=_typed(normalize_targets), metavar="NAMES", help="LoRA targets (default q_proj,v_proj)"
+    )
+    budgets = memory.add_mutually_exclusive_group()
+    budgets.add_argument("--budgets", type=_typed(_budget_sizes), metavar="GB,GB", help="budgets (default 16,24,80)")
+    budgets.add_argument("--gpu", type=_typed(_gpu_budgets), metavar="NAME,NAME", help="GPUs, e.g. T4,A100-40GB,H100")
     step = memory.add_argument_group("a whole training step, activations included")
-    for group, flag, parse, default, metavar, text in (
-            (what, "--params", param_count, None, "N",
-             "parameter count of your model (e.g. 134515008, 7e9, 1.7B; 1,000 to 1e14)"),
-            (what, "--config", str, None, "PATH",
-             f"an architecture config.json, or a shipped preset: {', '.join(config_presets())} (exact counts)"),
-            (what, "--model", str, None, "ORG/NAME",
-             "a model on the Hugging Face Hub: reads only its config.json (no weights)"),
-            (memory, "--lora-rank", _whole(mem.MAX_LORA_RANK), mem.REFERENCE_RANK, "R", "LoRA rank (default 8)"),
-            (memory, "--targets", normalize_targets, None, "NAMES", "LoRA target modules, comma-separated (default "
-             "q_proj,v_proj; or all-linear); needs --config or --model"),
-            (budgets, "--budgets", _budget_sizes, None, "GB,GB",
-             "memory budgets in GB, comma-separated (default: laptop 16, GPU 24, GPU 80)"),
-            (budgets, "--gpu", _gpu_budgets, None, "NAME,NAME",
-             "budget by GPU name from the datasheet table, e.g. T4,L4,A100-40GB,H100: the card's memory (a T4 "
-             "exposes 15.83 GB); a whole step is judged against usable memory, that less the 0.5 GB CUDA context"),
-            (step, "--batch", _whole(sm.MAX_BATCH), None, "B", "batch size (default 1)"),
-            (step, "--seq", _whole(sm.MAX_SEQ), None, "S", "sequence length in tokens (default 128)")):
-        group.add_argument(flag, type=_typed(parse), default=default, metavar=metavar, help=text)
-    step.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing")
-    step.add_argument("--optimizer", choices=mem.OPTIMIZERS, default=None, help="optimizer (default adamw)")
-    step.add_argument("--measure", action="store_true", default=None,
-                      help="also run the step and measure its peak memory")
-    step.add_argument("--timeline", metavar="FILE", default=None,
-                      help="draw the step's memory over time, by kind, into FILE (.png, .svg or .pdf): predicted; "
-                           "with --measure, measured on the same axes (both peaks and their phases are printed)")
-    step.add_argument("--no-kbit-preparation", action="store_true", default=None,
-                      help="qlora without peft's prepare_model_for_kbit_training (as Unsloth and some trainers): "
-                           "embedding and norms stay 16-bit, and so do the hidden states (default: prepared)")
+    step.add_argument("--batch", type=_whole(sm.MAX_BATCH), metavar="B", help="batch size (default 1)")
+    step.add_argument("--seq", type=_whole(sm.MAX_SEQ), metavar="S", help="sequence length in tokens (default 128)")
+    step.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
+    step.add_argument("--optimizer", choices=mem.OPTIMIZERS, help="optimizer (default adamw)")
+    step.add_argument("--measure", action="store_true", help="also run the step and measure its peak (needs torch)")
+    step.add_argument("--timeline", type=_typed(_figure_path), metavar="FILE", help="memory over time: .png/.svg/.pdf")
+    step.add_argument("--no-kbit-preparation", action="store_true", help="qlora without peft's k-bit preparation")
     return parser
 
 
 # --------------------------------------------------------------------------------------------
 # The memory command
 # --------------------------------------------------------------------------------------------
+@contextmanager
+def _blame(option: str) -> Iterator[None]:
+    """Inside: what fails on the user's input (ValueError, TypeError, OSError, RuntimeError) is one line naming
+    ``option``; so is a library that is not installed (torch to measure, transformers to count), with its name."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        name = (err.name or "a library").split(".")[0]
+        raise _ExitError(f"argument {option}: needs {name}, which is not installed here (pip install {name})") from None
+    except (ValueError, TypeError, OSError, RuntimeError) as err:
+        raise _ExitError(f"argument {option}: {err}") from None
+
+
+def _config_option(args: argparse.Namespace) -> str:
+    """The option the architecture came from: ``--model`` or ``--config``."""
+    return "--model" if args.model is not None else "--config"
+
+
 def _resolve(args: argparse.Namespace) -> dict[str, Any] | None:
     """The config from ``--model`` or ``--config`` (None for --params or the table), named by its
     ``_name_or_path`` (the Hub id, or the file's or preset's name): see :func:`course_utils.configs.config_name`."""
-    if args.model is not None:
-        try:
+    if args.model is None and args.config is None:
+        if args.targets is not None:
+            raise _ExitError("argument --targets: needs --config or --model (the adapter's size depends on the model)")
+        return None
+    with _blame(_config_option(args)):
+        if args.model is not None:
             return {**fetch_config(args.model), "_name_or_path": args.model}
-        except (ValueError, OSError) as err:
-            raise _ExitError(f"argument --model: {err}") from None
-    if args.config is not None:
-        try:
-            return {**read_config(args.config), "_name_or_path": resolve_config(args.config).stem}
-        except (ValueError, TypeError) as err:
-            raise _ExitError(f"argument --config: {err}") from None
-    if args.targets is not None:
-        raise _ExitError("argument --targets: needs --config or --model (the adapter's size depends on the "
-                         "architecture)")
-    return None
+        return {**read_config(args.config), "_name_or_path": resolve_config(args.config).stem}
 
 
 def _print_table(args: argparse.Namespace, config: dict[str, Any] | None, budgets: list[mem.Budget]) -> None:
-    methods = [args.method] if args.method else list(mem.METHODS)
+    """The rows of one model (``--config``, ``--model`` or ``--params``), or the lesson's table."""
     targets = args.targets or DEFAULT_TARGETS
+    models = mem.MODELS
     if config is not None:
-        try:
+        with _blame(_config_option(args)):  # an architecture outside the arithmetic is counted with transformers
             model = mem.model_from_config(config, args.lora_rank, targets)
-        except (ValueError, TypeError) as err:
-            raise _ExitError(f"argument --{'model' if args.model else 'config'}: {err}") from None
-        except ImportError as err:  # an architecture outside the arithmetic needs transformers
-            raise _ExitError(f"argument --config: counting a {config.get('model_type')!r} model needs "
-                             f"transformers ({err})") from None
-        print(f"{model.name}: {model.params:,} parameters; LoRA rank {args.lora_rank} on {', '.join(targets)} "
-              f"trains {model.adapter:,} numbers ({100 * model.adapter / model.params:.2f}%), counted from the config.")
-        models: tuple[mem.ModelSize, ...] = (model,)
+        share = 100 * model.adapter / model.params
+        trains = f"trains {model.adapter:,} numbers ({share:.2f}%), counted from the config."
+        print(f"{model.name}: {model.params:,} parameters; LoRA rank {args.lora_rank} on {', '.join(targets)} {trains}")
+        models = (model,)
     elif args.params is not None:
         models = (mem.ModelSize(mem.size_name(args.params), args.params),)
-    else:
-        models = mem.MODELS
-    rows = mem.estimate_table(models, methods, args.lora_rank)
-    # the lesson's table explains its assumption in the lesson: noted here for --params or another rank
-    assumed_note = args.params is not None or args.lora_rank != mem.REFERENCE_RANK
+    rows = mem.estimate_table(models, [args.method] if args.method else list(mem.METHODS), args.lora_rank)
     notes = []
-    if assumed_note and any(r.adapter_assumed for r in rows):
+    # the lesson's table explains its assumption in the lesson: noted here for --params or another rank
+    if (args.params is not None or args.lora_rank != mem.REFERENCE_RANK) and any(r.adapter_assumed for r in rows):
         share = 100 * mem.ADAPTER_SHARE * args.lora_rank / mem.REFERENCE_RANK
-        notes.append(f"LoRA rank {args.lora_rank} is assumed to train {share:.2f}% of the model (SmolLM2-135M's "
-                     "share, linear in the rank); pass --config for an exact count.")
+        notes.append(
+            f"LoRA rank {args.lora_rank} is assumed to train {share:.2f}% of the model (SmolLM2-135M's share, "
+            "linear in the rank); pass --config for an exact count."
+        )
     print(mem.format_table(rows, budgets, notes=notes))
 
 
 def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets: list[mem.Budget]) -> None:
-    if config is None:
-        raise _ExitError("argument --config: a whole-step estimate needs the architecture (activations depend on "
-                         "hidden size, layers, vocabulary); give --config or --model, --params alone is not enough")
-    step = dict(method=args.method or "lora", batch=args.batch or 1, seq=args.seq or 128,
-                lora_rank=args.lora_rank, targets=args.targets or DEFAULT_TARGETS,
-                checkpointing=bool(args.checkpointing), optimizer=args.optimizer or "adamw",
-                kbit_preparation=not args.no_kbit_preparation)
-    if args.no_kbit_preparation and step["method"] != "qlora":
+    """A whole step: its estimate against each budget; then the timeline and the measurement, if asked for."""
+    if config is None:  # blame the option given: --params, or the first step option
+        given = next(name for name in ("params", *_STEP_OPTIONS) if getattr(args, name)).replace("_", "-")
+        needs = "a whole-step estimate needs the architecture (activations depend on hidden size, layers, vocabulary)"
+        raise _ExitError(f"argument --{given}: {needs}: give --config or --model")
+    if args.no_kbit_preparation and args.method != "qlora":
         raise _ExitError("argument --no-kbit-preparation: only for --method qlora (the preparation is QLoRA's step)")
+    step = dict(
+        method=args.method or "lora",
+        batch=args.batch or 1,
+        seq=args.seq or 128,
+        lora_rank=args.lora_rank,
+        targets=args.targets or DEFAULT_TARGETS,
+        checkpointing=args.checkpointing,
+        optimizer=args.optimizer or "adamw",
+        kbit_preparation=not args.no_kbit_preparation,
+    )
     device = "cuda" if args.gpu else "cpu"  # a GPU's budget is its allocator's counter: no CPU process baseline
     try:  # one estimate per GPU generation: the attention kernel a card gets can change the activations
-        estimates = {b.capability: sm.estimate_step(config, **step, device=device, capability=b.capability)
-                     for b in budgets}
-        if args.measure:  # a measured step has tighter bounds (batch, rank): say so before printing anything
-            from course_utils.measure import step_spec
-
+        estimates = {
+            b.capability: sm.estimate_step(config, **step, device=device, capability=b.capability) for b in budgets
+        }
+        if args.measure:  # a measured step has tighter bounds (batch, rank): said before anything is printed
+            with _blame("--measure"):
+                from course_utils.measure import step_spec
             step_spec(config, **step)
     except (ValueError, TypeError) as err:
         raise _ExitError(_naming_option(err)) from None
+    _print_verdicts(estimates, budgets, device)
+    est, measuring = estimates[budgets[0].capability], None
+    if args.measure:
+        from course_utils.hardware import pick_device
+
+        measuring = pick_device()  # one decision: the timeline and the step are measured there
+        est = sm.estimate_step(config, **step, device=sm.estimate_device_for(measuring))  # like with like
+    if args.timeline:
+        _write_timeline(args.timeline, config, step, est, measuring)
+    if args.measure:
+        from course_utils.measure import measure_training_step
+
+        with _blame("--measure"):
+            m = measure_training_step(config, **step, timeout_s=600.0, device=measuring)
+        print(f"measured: {m.what}")
+        print(sm.comparison_line(est.peak_bytes, m.peak_bytes))  # against the estimate for the measured device
+
+
+def _print_verdicts(estimates: dict[Any, sm.StepEstimate], budgets: list[mem.Budget], device: str) -> None:
+    """Each estimate (once per GPU generation that changes it), each budget's verdict, and what the verdicts mean."""
     on_gpu, tight = device == "cuda", round(100 * mem.TIGHT_SHARE)
     printed = None
-    for budget in budgets:  # the sizes were checked when parsed: no error here
+    for budget in budgets:
         est = estimates[budget.capability]
-        if printed is None or est.format() != printed:
+        if est.format() != printed:
             printed = est.format()
             print(printed)
         usable = mem.step_limit_gb(budget.gb, device)  # a GPU: the card's memory less the CUDA context
-        print(f"  {budget.label} budget" + (f", usable {usable:.4g} GB" if on_gpu else "")
-              + f": {mem.step_verdict(est.peak_gb, usable)} (the predicted peak is {100 * est.peak_gb / usable:.0f} % "
-              f"of {'usable' if on_gpu else 'it'})")
+        where = f"{budget.label} budget, usable {usable:.4g} GB" if on_gpu else f"{budget.label} budget"
+        share = f"{100 * est.peak_gb / usable:.0f} % of {'usable' if on_gpu else 'it'}"
+        print(f"  {where}: {mem.step_verdict(est.peak_gb, usable)} (the predicted peak is {share})")
     of = f"usable (the card's memory less the {CUDA_CONTEXT_GB:g} GB CUDA context)" if on_gpu else "the memory"
-    print(f"fits = the predicted peak is at most {tight} % of {of};\ntight = {tight}-100 %: the allocator's reserve "
-          "and fragmentation (or the system) can still run out of memory.")
-    if args.timeline:
-        _write_timeline(args.timeline, config, step, estimates[budgets[0].capability], measure=bool(args.measure))
-    if args.measure:
-        _print_measurement(config, step)
+    print(f"fits = the predicted peak is at most {tight} % of {of};")
+    print(f"tight = {tight}-100 %: {_TIGHT_MEANS}")
 
 
-def _write_timeline(path: str, config: dict[str, Any], step: dict[str, Any], est: sm.StepEstimate,
-                    measure: bool) -> None:
-    """Draw the step's predicted timeline (and with ``measure`` the measured one, on the device a measurement
-    uses) into ``path``; print each peak and its phase. The chart is the lessons' (04 and 05): matplotlib is imported
-    only here, when a timeline is asked for."""
-    if os.path.splitext(path)[1].lower() not in (".png", ".svg", ".pdf"):
-        raise _ExitError(f"argument --timeline: {path!r} must end in .png, .svg or .pdf")
+def _write_timeline(path: str, config: dict[str, Any], step: dict[str, Any], est: sm.StepEstimate, device: Any) -> None:
+    """Draw the predicted timeline of ``est`` (and, with a ``device`` to measure on, the measured one) into ``path``;
+    print each peak and its phase. The chart is the lessons' (04 and 05): matplotlib is imported only here."""
     from course_utils.lessons.memory_budget import timeline_chart
     from course_utils.timeline import predicted_timeline, tensor_total
 
     measured = None
-    if measure:
-        from course_utils.hardware import pick_device
+    if device is not None:
         from course_utils.timeline_measure import measure_timeline
 
-        device = pick_device()
-        est = sm.estimate_step(config, **step, device=sm.estimate_device_for(device))
         try:
             measured = measure_timeline(config, **step, device=device, timeout_s=600.0)
         except (TimeoutError, RuntimeError) as err:
@@ -268,28 +295,11 @@ def _write_timeline(path: str, config: dict[str, Any], step: dict[str, Any], est
     predicted = predicted_timeline(est)
     for who, tl in (("predicted", predicted), ("measured", measured)):
         if tl is not None:
-            print(f"{who} timeline: peak {tensor_total(tl.peak) / 1e9:.2f} GB of tensors in the {tl.peak.phase} phase "
-                  f"({tl.peak.label})")
-    try:
+            gb = tensor_total(tl.peak) / 1e9
+            print(f"{who} timeline: peak {gb:.2f} GB of tensors in the {tl.peak.phase} phase ({tl.peak.label})")
+    with _blame("--timeline"):
         timeline_chart(predicted, measured, title=est.describe()).savefig(path, dpi=120)
-    except OSError as err:
-        raise _ExitError(f"argument --timeline: cannot write {path!r} ({err.strerror})") from None
     print(f"timeline written to {path}")
-
-
-def _print_measurement(config: dict[str, Any], step: dict[str, Any]) -> None:
-    from course_utils.hardware import pick_device
-    from course_utils.measure import measure_training_step
-
-    device = pick_device()  # one decision: the estimate compared below is for the device measured
-    try:
-        m = measure_training_step(config, **step, timeout_s=600.0, device=device)
-    except (TimeoutError, RuntimeError) as err:
-        raise _ExitError(f"argument --measure: {err}") from None
-    # the estimate for the device measured: like with like (a GPU's allocator counter has no process baseline)
-    est = sm.estimate_step(config, **step, device=sm.estimate_device_for(device))
-    print(f"measured: {m.what}")
-    print(sm.comparison_line(est.peak_bytes, m.peak_bytes))
 
 
 #: The arguments of the Python API whose errors ("seq must be between ...") an option of the same name reports.
@@ -309,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # the memory command: the table, one model's rows, or a whole-step estimate
         config = _resolve(args)
         budgets = args.budgets or args.gpu or list(mem.BUDGETS)
-        if any(getattr(args, k) is not None for k in _STEP_OPTIONS):
+        if any(getattr(args, name) for name in _STEP_OPTIONS):
             _print_step(args, config, budgets)
         else:
             _print_table(args, config, budgets)

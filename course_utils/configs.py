@@ -4,7 +4,6 @@ One reader for the whole course, so that every module treats a preset name, a pa
 same way. The shipped files carry a ``_source`` note (where the config comes from); keys starting
 with ``_`` are notes and are dropped on reading.
 """
-from __future__ import annotations
 
 import json
 import re
@@ -89,7 +88,7 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     if not isinstance(repo_id, str) or not _HUB_ID.match(repo_id.strip()):
         raise ValueError(f"{repo_id!r} is not a Hub model id of the form ORG/NAME (e.g. HuggingFaceTB/SmolLM2-135M)")
     repo_id = repo_id.strip()
-    instead = (f"use a shipped preset ({', '.join(config_presets())}) or --config PATH to a config.json you have")
+    instead = f"use a shipped preset ({', '.join(config_presets())}) or --config PATH to a config.json you have"
     if hub_offline_env():
         raise ValueError(f"HF_HUB_OFFLINE is set, so {repo_id}'s config.json cannot be read from the Hub; {instead}")
     if not hub_reachable(timeout_s=3.0):  # one quick try, so a missing network never hangs on DNS
@@ -104,8 +103,8 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
             cfg = json.loads(answer.read(5_000_000).decode("utf-8"))
     except urllib.error.HTTPError as err:  # before URLError and OSError: it is both
         gated = "is gated or private (accept its licence on the Hub and set HF_TOKEN)"
-        why = {401: gated, 403: gated, 404: "is not on the Hub, or has no config.json"}.get(
-            err.code, f"could not be read (HTTP {err.code})")
+        missing = "is not on the Hub, or has no config.json"
+        why = {401: gated, 403: gated, 404: missing}.get(err.code, f"could not be read (HTTP {err.code})")
         raise ValueError(f"{repo_id} {why}; {instead}") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)

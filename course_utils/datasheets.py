@@ -16,7 +16,6 @@ A whole-step estimate (activations included) is judged against *usable* by
 :func:`course_utils.memory.step_verdict` ("fits" up to 90 % of it, "tight" up to 100 %); the weights-only table
 of :mod:`course_utils.memory` uses its own "70 % line" of the card's memory instead.
 """
-from __future__ import annotations
 
 from typing import NamedTuple
 
@@ -110,10 +109,8 @@ def datasheet_key(name: str) -> str | None:
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
     tokens = {"A10" if t == "A10G" else t for t in name.upper().replace("-", " ").replace("_", " ").split()}
-    if "TI" in tokens or "SUPER" in tokens:
-        return None  # Ti/SUPER cards have their own figures, not listed here
-    if "MIG" in tokens:
-        return None  # a MIG slice: a share of the card, not the card
+    if tokens & {"TI", "SUPER", "MIG"}:
+        return None  # Ti/SUPER cards have their own figures, not listed here; a MIG slice is a share of the card
     matches = [key for key in DATASHEETS if set(key.upper().split("-")) <= tokens]
     return max(matches, key=lambda key: key.count("-"), default=None)
 

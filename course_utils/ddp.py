@@ -17,7 +17,6 @@ process imports PyTorch once and forks the ranks from it, which is several times
 
 The worker lives in this module (not in a notebook) because spawned processes must import it.
 """
-from __future__ import annotations
 
 import contextlib
 import multiprocessing
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from course_utils import checks, hardware
 from course_utils.accumulation import TinyRegressor, accumulated_gradients, compare_gradients, regression_batch
@@ -42,20 +42,27 @@ _MAX_CPU_PROCESSES = 8
 _LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
 
-def accumulate_on_rank(model: nn.parallel.DistributedDataParallel, x: torch.Tensor, y: torch.Tensor,
-                       accumulation_steps: int, use_no_sync: bool = True) -> None:
+def accumulate_on_rank(
+    model: DistributedDataParallel, x: torch.Tensor, y: torch.Tensor, accumulation_steps: int, use_no_sync: bool = True
+) -> None:
     """One update's backward passes on one rank: its slice of the batch, as micro-batches."""
     for i, (xb, yb) in enumerate(zip(x.chunk(accumulation_steps), y.chunk(accumulation_steps))):
-        last = i == accumulation_steps - 1
-        # no_sync() must wrap the forward *and* the backward: DDP decides at forward time.
-        skip_sync = model.no_sync() if use_no_sync and not last else contextlib.nullcontext()
-        with skip_sync:
+        # no_sync() must wrap the forward *and* the backward: DDP decides at forward time (the last one syncs).
+        with model.no_sync() if use_no_sync and i < accumulation_steps - 1 else contextlib.nullcontext():
             loss = nn.functional.mse_loss(model(xb), yb) / accumulation_steps
             loss.backward()  # the last one all-reduces: gradients are averaged over the ranks
 
 
-def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int,
-               accumulation_steps: int, backend: str, timeout_s: float) -> None:
+def ddp_worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    out_dir: str,
+    batch_size: int,
+    accumulation_steps: int,
+    backend: str,
+    timeout_s: float,
+) -> None:
     """Body of one process (``torch.multiprocessing.spawn`` passes ``rank`` first).
 
     Runs the update twice from the same weights: with ``no_sync()`` (the right way) and without it
@@ -67,14 +74,16 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
     torch.set_num_threads(1)  # the ranks share this machine's cores
     if backend == "gloo" and sys.platform in _LOOPBACK:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", _LOOPBACK[sys.platform])  # stay on 127.0.0.1
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    address = f"tcp://127.0.0.1:{port}"
+    dist.init_process_group(
+        backend, init_method=address, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
     try:
         device = rank_device(rank, backend)
         if device.type == "cuda":
             torch.cuda.set_device(device)
         model = TinyRegressor().net.to(device)  # 10 -> 32 -> 1 from one seed: the same weights on every rank
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
+        ddp = DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
 
         calls = [0]
 
@@ -90,8 +99,8 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: 
             calls[0] = 0
             ddp.zero_grad(set_to_none=True)
             accumulate_on_rank(ddp, xs, ys, accumulation_steps, use_no_sync)
-            result[use_no_sync] = {"grads": [p.grad.detach().cpu() for p in model.parameters()],
-                                   "allreduce_calls": calls[0]}
+            grads = [p.grad.detach().cpu() for p in model.parameters()]
+            result[use_no_sync] = {"grads": grads, "allreduce_calls": calls[0]}
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -113,25 +122,25 @@ class _DDPCheck:
     micro_batch_size: int
     accumulation_steps: int
     batch_size: int
-    same_gradient: bool           # DDP + no_sync gradient == one process's big-batch gradient (allclose)
-    ranks_agree: bool             # every rank ends the update holding the same gradient
-    max_difference: float         # largest difference from the big-batch gradient (rounding)
-    allreduce_calls: int          # gradient all-reduces per update with no_sync (rank 0)
+    same_gradient: bool  # DDP + no_sync gradient == one process's big-batch gradient (allclose)
+    ranks_agree: bool  # every rank ends the update holding the same gradient
+    max_difference: float  # largest difference from the big-batch gradient (rounding)
+    allreduce_calls: int  # gradient all-reduces per update with no_sync (rank 0)
     same_gradient_without_no_sync: bool  # syncing after every micro-batch gives the same gradient...
     allreduce_calls_without_no_sync: int  # ...with this many all-reduces instead
-    seconds: float                # wall time, including starting the processes
+    seconds: float  # wall time, including starting the processes
 
     def report(self) -> str:
         """The deterministic part, one fact a line (times and rounding digits left out)."""
-        return "\n".join([
+        return (
             f"backend {self.backend}: {self.world_size} processes x {self.accumulation_steps} micro-batches "
-            f"of {self.micro_batch_size} = effective batch of {self.batch_size}",
-            f"all ranks hold the same gradient: {self.ranks_agree}",
-            f"same gradient as one process with a batch of {self.batch_size}: {self.same_gradient}",
-            f"gradient all-reduces per update with no_sync(): {self.allreduce_calls}",
+            f"of {self.micro_batch_size} = effective batch of {self.batch_size}\n"
+            f"all ranks hold the same gradient: {self.ranks_agree}\n"
+            f"same gradient as one process with a batch of {self.batch_size}: {self.same_gradient}\n"
+            f"gradient all-reduces per update with no_sync(): {self.allreduce_calls}\n"
             f"without no_sync(): {self.allreduce_calls_without_no_sync} all-reduces, "
-            f"same gradient: {self.same_gradient_without_no_sync}",
-        ])
+            f"same gradient: {self.same_gradient_without_no_sync}"
+        )
 
 
 def rank_device(rank: int, backend: str) -> torch.device:
@@ -145,8 +154,7 @@ def pick_backend(world_size: int = 2) -> str:
     The device question goes through :func:`course_utils.hardware.pick_device`, like every lesson's.
     """
     checks.integer(world_size, "world_size", 1, 64)
-    gpu_each = hardware.pick_device().type == "cuda" and torch.cuda.device_count() >= world_size
-    return "nccl" if gpu_each else "gloo"
+    return "nccl" if hardware.pick_device().type == "cuda" and torch.cuda.device_count() >= world_size else "gloo"
 
 
 def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, backend: str, timeout_s: float) -> int:
@@ -159,8 +167,8 @@ def check_ddp_args(world_size: int, batch_size: int, accumulation_steps: int, ba
     checks.integer(world_size, "world_size", 1, _MAX_CPU_PROCESSES if backend == "gloo" else gpus)
     checks.integer(accumulation_steps, "accumulation_steps", 1, batch_size)
     if batch_size % (world_size * accumulation_steps):
-        raise ValueError(f"batch_size ({batch_size}) must split evenly into world_size ({world_size}) x "
-                         f"accumulation_steps ({accumulation_steps}) micro-batches")
+        split = f"world_size ({world_size}) x accumulation_steps ({accumulation_steps}) micro-batches"
+        raise ValueError(f"batch_size ({batch_size}) must split evenly into {split}")
     checks.positive(timeout_s, "timeout_s", 600)
     return batch_size // (world_size * accumulation_steps)
 
@@ -201,8 +209,13 @@ def launch(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
                 proc.join(5)
 
 
-def run_ddp_check(world_size: int = 2, batch_size: int = 64, accumulation_steps: int = 4, backend: str = "gloo",
-                  timeout_s: float = 60.0) -> _DDPCheck:
+def run_ddp_check(
+    world_size: int = 2,
+    batch_size: int = 64,
+    accumulation_steps: int = 4,
+    backend: str = "gloo",
+    timeout_s: float = 60.0,
+) -> _DDPCheck:
     """Launch ``world_size`` DDP processes, accumulate, and compare with one process's big-batch gradient.
 
     Each process runs the update with ``no_sync()`` and, for contrast, without it; the all-reduces
@@ -215,12 +228,22 @@ def run_ddp_check(world_size: int = 2, batch_size: int = 64, accumulation_steps:
     with tempfile.TemporaryDirectory(prefix="ddp-check-") as out_dir:
         args = (world_size, free_port(), out_dir, batch_size, accumulation_steps, backend, float(timeout_s))
         launch(ddp_worker, args, world_size, timeout_s)
-        results = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
+        results = [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=True) for r in range(world_size)]
     seconds = time.perf_counter() - start
     reference = accumulated_gradients(TinyRegressor().net, *regression_batch(batch_size, in_features=10))  # one process
     synced, chatty = results[0][True], results[0][False]
     check = compare_gradients(reference, synced["grads"])
-    agree = all(compare_gradients(synced["grads"], r[True]["grads"], rtol=0, atol=0).same for r in results[1:])
-    return _DDPCheck(backend, world_size, micro, accumulation_steps, batch_size, check.same, agree,
-                     check.max_difference, int(synced["allreduce_calls"]),
-                     compare_gradients(reference, chatty["grads"]).same, int(chatty["allreduce_calls"]), seconds)
+    return _DDPCheck(
+        backend=backend,
+        world_size=world_size,
+        micro_batch_size=micro,
+        accumulation_steps=accumulation_steps,
+        batch_size=batch_size,
+        same_gradient=check.same,
+        ranks_agree=all(compare_gradients(synced["grads"], r[True]["grads"], rtol=0, atol=0).same for r in results[1:]),
+        max_difference=check.max_difference,
+        allreduce_calls=int(synced["allreduce_calls"]),
+        same_gradient_without_no_sync=compare_gradients(reference, chatty["grads"]).same,
+        allreduce_calls_without_no_sync=int(chatty["allreduce_calls"]),
+        seconds=seconds,
+    )

@@ -13,12 +13,10 @@ everything here works offline. Notebooks 01 (quantization) and 02 (mixed precisi
 * **formats**: :func:`quality_by_format` answers notebook 01's question "same model, four formats": how good
   is the model when its weights are stored in bfloat16, float16, int8, int4, int3 or int2?
 """
-from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
-from typing import Iterator, Literal, NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -27,8 +25,7 @@ from course_utils import checks, quant
 from course_utils.hardware import cpu_threads
 
 #: Formats :func:`model_in_format` knows, with their bits per weight.
-FORMAT_BITS: dict[str, int] = {"float32": 32, "bfloat16": 16, "float16": 16, "int8": 8, "int4": 4, "int3": 3,
-                               "int2": 2}
+FORMAT_BITS: dict[str, int] = {"float32": 32, "bfloat16": 16, "float16": 16, "int8": 8, "int4": 4, "int3": 3, "int2": 2}
 #: The formats of the lesson's experiment, from widest to narrowest.
 FORMATS: tuple[str, ...] = tuple(FORMAT_BITS)
 #: Activations :func:`make_mlp` can put after each hidden layer.
@@ -40,8 +37,7 @@ MAX_STEPS = 100_000
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DigitsData:
+class DigitsData(NamedTuple):
     """Digits split into train and test: pixels scaled to [0, 1] (float32, 64 per image), labels 0-9 (int64)."""
 
     x_train: torch.Tensor
@@ -77,17 +73,25 @@ def load_digits_data() -> DigitsData:
     return DigitsData(x_tr, y_tr, x_te, y_te)
 
 
-def _check_data(data: object) -> DigitsData:
+def check_data(data: object, name: str = "data") -> DigitsData:
+    """``data`` when it is a :class:`DigitsData`, else a TypeError naming ``name``."""
     if not isinstance(data, DigitsData):
-        raise TypeError(f"data must be a DigitsData (from load_digits_data), got {type(data).__name__}")
+        raise TypeError(f"{name} must be a DigitsData (from load_digits_data), got {type(data).__name__}")
     return data
 
 
 # --------------------------------------------------------------------------------------------
 # The MLP
 # --------------------------------------------------------------------------------------------
-def make_mlp(hidden: int = 64, seed: int = 0, *, depth: int = 1, in_features: int = 64, out_features: int = 10,
-             activation: str = "relu") -> nn.Sequential:
+def make_mlp(
+    hidden: int = 64,
+    seed: int = 0,
+    *,
+    depth: int = 1,
+    in_features: int = 64,
+    out_features: int = 10,
+    activation: str = "relu",
+) -> nn.Sequential:
     """An MLP initialised from ``seed``: ``in_features`` -> ``depth`` hidden layers of ``hidden`` -> ``out_features``.
 
     Each hidden layer is ``nn.Linear`` followed by ``activation`` ("relu" or "gelu"). The defaults are
@@ -103,34 +107,28 @@ def make_mlp(hidden: int = 64, seed: int = 0, *, depth: int = 1, in_features: in
     with torch.random.fork_rng(devices=[]):  # do not disturb the caller's random stream
         torch.manual_seed(seed)
         layers: list[nn.Module] = []
-        width = in_features
-        for _ in range(depth):
+        for width in [in_features] + [hidden] * (depth - 1):
             layers += [nn.Linear(width, hidden), act()]
-            width = hidden
-        layers.append(nn.Linear(width, out_features))
-        return nn.Sequential(*layers)
+        return nn.Sequential(*layers, nn.Linear(hidden, out_features))
 
 
 # --------------------------------------------------------------------------------------------
 # Training and scoring
 # --------------------------------------------------------------------------------------------
-def train_digits_mlp(data: DigitsData | None = None, epochs: int = 30, seed: int = 0) -> nn.Sequential:
+def train_digits_mlp(data: DigitsData | None = None, seed: int = 0) -> nn.Sequential:
     """Train :func:`make_mlp` (64 -> 64 -> 10) with Adam (lr 1e-2) on the digits; float32, eval mode.
 
-    ``epochs`` passes over the training images in mini-batches of 64, shuffled from ``seed``. Deterministic:
+    30 passes over the training images in mini-batches of 64, shuffled from ``seed``. Deterministic:
     the same arguments give bit-identical weights on a machine. About a second on one core.
     """
-    data = load_digits_data() if data is None else _check_data(data)
-    epochs = checks.integer(epochs, "epochs", 1)
+    data = load_digits_data() if data is None else check_data(data)
     model = make_mlp(seed=seed).double()
     x, y = data.x_train.double(), data.y_train
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     order = torch.Generator().manual_seed(seed)
     with cpu_threads(1):
-        for _ in range(epochs):
-            perm = torch.randperm(len(x), generator=order)
-            for start in range(0, len(x), 64):
-                idx = perm[start:start + 64]
+        for _ in range(30):  # epochs
+            for idx in torch.randperm(len(x), generator=order).split(64):  # shuffled mini-batches of 64
                 loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -149,10 +147,9 @@ def evaluate(model: nn.Module, data: DigitsData) -> Quality:
     """Accuracy and cross-entropy of ``model`` on ``data``'s test set, on the model's device, in float32."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    data = _check_data(data)
-    device = next(model.parameters()).device
+    data = check_data(data)
     with torch.no_grad():
-        logits = model(data.x_test.to(device)).float().cpu()
+        logits = model(data.x_test.to(next(model.parameters()).device)).float().cpu()
     accuracy = float((logits.argmax(dim=1) == data.y_test).float().mean())
     return Quality(accuracy, float(nn.functional.cross_entropy(logits, data.y_test)))
 
@@ -165,8 +162,7 @@ def linear_weight_count(model: nn.Module) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
-def model_in_format(model: nn.Module, fmt: str,
-                    block_size: int | None | Literal["row"] = None) -> tuple[nn.Module, int]:
+def model_in_format(model: nn.Module, fmt: str, block_size: quant.BlockSize = None) -> tuple[nn.Module, int]:
     """A copy of ``model`` whose Linear weights went through format ``fmt``, and those weights' stored bytes.
 
     16-bit formats round every parameter to bfloat16/float16 and back; intN formats quantize the Linear
@@ -174,53 +170,32 @@ def model_in_format(model: nn.Module, fmt: str,
     ``block_size`` says otherwise; biases stay float32). The copy computes in float32 either way: this
     measures what the rounding does to quality, not speed.
     """
-    if not isinstance(fmt, str):
-        raise TypeError(f"fmt must be a string, one of {', '.join(FORMATS)}; got {type(fmt).__name__}")
     bits = FORMAT_BITS[checks.choice(fmt, "fmt", FORMATS)]
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if fmt.startswith("int"):
         return quant.quantize_model_weights(model, bits, block_size=block_size)
     clone = copy.deepcopy(model)
-    if fmt != "float32":
-        # The lesson compares storage formats on purpose: this is the format under test, not a device choice.
-        with torch.no_grad():
-            for p in clone.parameters():
-                p.copy_(p.to(getattr(torch, fmt)).to(p.dtype))  # torch.bfloat16 or torch.float16
+    # The lesson compares storage formats on purpose: this is the format under test, not a device choice.
+    with torch.no_grad():
+        for p in clone.parameters():
+            p.copy_(p.to(getattr(torch, fmt)).to(p.dtype))  # float32 to float32 changes nothing
     return clone, linear_weight_count(model) * bits // 8
 
 
 class FormatResult(NamedTuple):
-    """Quality of the model in one format, and the bytes its Linear weights take in that format."""
+    """The network in one weight format: test accuracy (0-1), test loss, the bytes its Linear weights take in that
+    format, and the part of them spent on float32 scales (0 for float formats)."""
 
     fmt: str
     bits: int
     accuracy: float
     loss: float
     weight_bytes: int
+    scale_bytes: int = 0
 
 
-def quality_by_format(model: nn.Module, data: DigitsData, formats: Sequence[str] = FORMATS,
-                      block_size: int | None | Literal["row"] = None) -> list[FormatResult]:
-    """Evaluate ``model`` in every format of ``formats`` (see :func:`model_in_format`)."""
-    if not formats:
-        raise ValueError(f"formats must name at least one of {', '.join(FORMATS)}")
-    scores = [(fmt, score_in_format(model, data, fmt, block_size)) for fmt in formats]
-    return [FormatResult(fmt, FORMAT_BITS[fmt], s.accuracy, s.loss, s.weight_bytes) for fmt, s in scores]
-
-
-class FormatScore(NamedTuple):
-    """The network in one weight format: test accuracy (0-1), test loss, its weights' stored bytes, and the part
-    of them spent on float32 scales (0 for float formats)."""
-
-    accuracy: float
-    loss: float
-    weight_bytes: int
-    scale_bytes: int
-
-
-def score_in_format(model: nn.Module, data: DigitsData, fmt: str,
-                    block_size: int | None | Literal["row"] = None) -> FormatScore:
+def score_in_format(model: nn.Module, data: DigitsData, fmt: str, block_size: quant.BlockSize = None) -> FormatResult:
     """``model`` scored with its Linear weights in ``fmt`` (see :func:`model_in_format`), scale bytes counted.
 
     The int formats are symmetric (no zero-points), so what the weights take beyond their packed codes is
@@ -230,7 +205,12 @@ def score_in_format(model: nn.Module, data: DigitsData, fmt: str,
     accuracy, loss = evaluate(converted, data)
     bits = FORMAT_BITS[fmt]
     codes = sum(math.ceil(m.weight.numel() * bits / 8) for m in model.modules() if isinstance(m, nn.Linear))
-    return FormatScore(accuracy, loss, size, size - codes)
+    return FormatResult(fmt, bits, accuracy, loss, size, size - codes)
+
+
+def quality_by_format(model: nn.Module, data: DigitsData, block_size: quant.BlockSize = None) -> list[FormatResult]:
+    """Evaluate ``model`` in every format of :data:`FORMATS` (see :func:`score_in_format`)."""
+    return [score_in_format(model, data, fmt, block_size) for fmt in FORMATS]
 
 
 def format_quality_table(rows: Sequence[FormatResult]) -> str:

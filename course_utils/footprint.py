@@ -4,9 +4,8 @@
 loading in 8 or 4 bits: every ``nn.Linear`` except the output head is quantized; the embedding table, the
 norms and the biases stay 16-bit. It works on a loaded model and on a meta-device one
 (:func:`course_utils.models.meta_model`), so the sizes of models too big to load here are *computed* from
-their architecture alone. :func:`llama_like_parts` does the same for a Llama-shaped model in closed form.
+their architecture alone. :func:`llama_like` is a Llama-shaped model's :class:`Architecture`, counted in closed form.
 """
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
@@ -15,18 +14,17 @@ from typing import Any
 import torch
 
 from course_utils import checks
-from course_utils.architecture import PROJECTIONS, Architecture
+from course_utils.architecture import Architecture
 from course_utils.configs import config_name
 from course_utils.models import check_load_bits, meta_model
 from course_utils.units import format_bytes
 
 #: NF4 block size used by bitsandbytes: one float32 scale ("absmax") per 64 weights.
 _NF4_BLOCKSIZE = 64
-#: The parts of a model, in the order tables and charts show them.
-_PART_NAMES = ("embedding table", "attention linears (q, k, v, o)", "MLP linears (gate, up, down)",
-               "other linears", "linear biases", "norms", "lm_head", "other parameters", "buffers")
 #: The parts bitsandbytes quantizes (every nn.Linear but the output head).
-_QUANTIZED_PARTS = frozenset({"attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears"})
+_QUANTIZED_PARTS = ("attention linears (q, k, v, o)", "MLP linears (gate, up, down)", "other linears")
+#: The parts of a model, in the order tables and charts show them.
+_PART_NAMES = ("embedding table", *_QUANTIZED_PARTS, "linear biases", "norms", "lm_head", "other parameters", "buffers")
 
 
 @dataclass(frozen=True)
@@ -59,12 +57,11 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
     ``get_memory_footprint()`` counts parameters and buffers only, so quantization scales are not in
     these bytes (see :func:`measured_scale_bytes` and :attr:`ComputedSizes.scales4`).
     """
-    check_load_bits(bits)
-    quant_bytes = {16: 2.0, 8: 1.0, 4: 0.5}[bits]
+    quant_bytes = {16: 2.0, 8: 1.0, 4: 0.5}[check_load_bits(bits)]
     head = getattr(model, "get_output_embeddings", lambda: None)()
-    params = dict.fromkeys(_PART_NAMES, 0)
-    nbytes = dict.fromkeys(_PART_NAMES, 0.0)
-    for name, param in model.named_parameters():  # a tied tensor is stored (and counted) once
+    params, nbytes = dict.fromkeys(_PART_NAMES, 0), dict.fromkeys(_PART_NAMES, 0.0)
+    # a tied tensor is stored (and counted) once, under the embedding, which comes first: a tied lm_head adds nothing
+    for name, param in model.named_parameters():
         mod_name, _, p_name = name.rpartition(".")
         module, path = model.get_submodule(mod_name), f".{mod_name}."
         if isinstance(module, torch.nn.Embedding):
@@ -85,12 +82,8 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
         n = true_numel(param)
         params[part] += n
         nbytes[part] += n * (quant_bytes if part in _QUANTIZED_PARTS else 2)
-    for buf in model.buffers():
-        params["buffers"] += buf.numel()
-        nbytes["buffers"] += buf.numel() * buf.element_size()
-    embedding = getattr(model, "get_input_embeddings", lambda: None)()
-    if head is not None and embedding is not None and head.weight is embedding.weight:  # tied: stored once
-        params["lm_head"] = nbytes["lm_head"] = 0
+    params["buffers"] = sum(buf.numel() for buf in model.buffers())
+    nbytes["buffers"] = sum(buf.numel() * buf.element_size() for buf in model.buffers())
     return [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in _QUANTIZED_PARTS) for n in _PART_NAMES]
 
 
@@ -118,6 +111,10 @@ def measured_scale_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+#: A row of :func:`breakdown_table`: part, parameters, share, 16-bit bytes, low-bit bytes, mark.
+_TABLE_ROW = "{:32}{:>15}{:>8}{:>11}{:>11}{}"
+
+
 def breakdown_table(model: torch.nn.Module, low_bits: int = 4) -> str:
     """A text table: each part's parameters and bytes at 16 bits and at ``low_bits``, with totals."""
     p16, plow = footprint_parts(model, 16), footprint_parts(model, low_bits)
@@ -128,13 +125,12 @@ def breakdown_table(model: torch.nn.Module, low_bits: int = 4) -> str:
         if a.params == 0 and a.name != "lm_head":
             continue
         label = "lm_head (tied: shares the table)" if a.name == "lm_head" and a.params == 0 else a.name
-        count = f"{a.params:,}" if a.name != "buffers" else "(not params)"
-        share = f"{100 * a.params / total_params:.1f}%" if a.name != "buffers" else ""
-        cells.append((label, count, share, format_bytes(a.bytes), format_bytes(b.bytes),
-                      "" if b.quantized or low_bits == 16 else " *"))
+        count = "(not params)" if a.name == "buffers" else f"{a.params:,}"
+        share = "" if a.name == "buffers" else f"{100 * a.params / total_params:.1f}%"
+        mark = "" if b.quantized or low_bits == 16 else " *"
+        cells.append((label, count, share, format_bytes(a.bytes), format_bytes(b.bytes), mark))
     cells.append(("total", f"{total_params:,}", "100%", format_bytes(t16), format_bytes(tlow), ""))
-    rows = [f"{label:32}{count:>15}{share:>8}{x16:>11}{xlow:>11}{mark}"
-            for label, count, share, x16, xlow, mark in cells]
+    rows = [_TABLE_ROW.format(*row) for row in cells]
     ratio = f"{low_bits}-bit / 16-bit = {100 * tlow / t16:.0f} %"
     return "\n".join([*rows, f"* stays 16-bit when the linears go to {low_bits} bits.   {ratio}"])
 
@@ -153,11 +149,12 @@ class ComputedSizes:
 
     def summary(self) -> str:
         """Two lines: the sizes, labelled as computed."""
-        return (f"{self.name} (COMPUTED from its architecture on the meta device, not loaded): "
-                f"{self.params:,} parameters\n"
-                f"  16-bit {format_bytes(self.bytes16)}, 8-bit {format_bytes(self.bytes8)}, "
-                f"4-bit {format_bytes(self.bytes4)} ({100 * self.bytes4 / self.bytes16:.0f} % of 16-bit; "
-                f"embedding table {100 * self.embedding_share:.0f} % of the parameters)")
+        return (
+            f"{self.name} (COMPUTED from its architecture on the meta device, not loaded): {self.params:,} parameters\n"
+            f"  16-bit {format_bytes(self.bytes16)}, 8-bit {format_bytes(self.bytes8)}, "
+            f"4-bit {format_bytes(self.bytes4)} ({100 * self.bytes4 / self.bytes16:.0f} % of 16-bit; "
+            f"embedding table {100 * self.embedding_share:.0f} % of the parameters)"
+        )
 
 
 def computed_sizes(config: Any, name: str | None = None) -> ComputedSizes:
@@ -172,92 +169,87 @@ def computed_sizes(config: Any, name: str | None = None) -> ComputedSizes:
     params = sum(p.params for p in parts[16] if p.name != "buffers")
     emb = next(p.params for p in parts[16] if p.name == "embedding table")
     scales4 = math.ceil(sum(p.params for p in parts[4] if p.quantized) / _NF4_BLOCKSIZE) * 4
-    return ComputedSizes(config_name(config) if name is None else name, params, total[16], total[8], total[4],
-                         scales4, emb / params)
+    return ComputedSizes(name or config_name(config), params, total[16], total[8], total[4], scales4, emb / params)
 
 
 # --------------------------------------------------------------------------------------------
 # A Llama-shaped model by formula (for the interactive demo), and Llama 3's real shapes
 # --------------------------------------------------------------------------------------------
-#: Meta's Llama 3 8B, the fields of its ``config.json`` that decide its size (meta-llama/Meta-Llama-3-8B):
-#: 32 query heads share 8 key/value heads (grouped-query attention), so k and v are a quarter as wide as q.
+#: Meta's Llama 3 8B, the fields of its ``config.json`` that decide its size (meta-llama/Meta-Llama-3-8B; no
+#: biases, as transformers assumes): 32 query heads share 8 key/value heads (grouped-query attention), so k and v
+#: are a quarter as wide as q.
 LLAMA3_8B: dict[str, Any] = {
     "_name_or_path": "meta-llama/Meta-Llama-3-8B",
-    "_source": "config.json of meta-llama/Meta-Llama-3-8B (the fields that decide its size)",
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "mlp_bias": False,
-    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 8192,
 }
 #: Meta's Llama 3 70B (meta-llama/Meta-Llama-3-70B): 64 query heads share 8 key/value heads, an eighth of q.
 LLAMA3_70B: dict[str, Any] = {
     **LLAMA3_8B,
     "_name_or_path": "meta-llama/Meta-Llama-3-70B",
-    "_source": "config.json of meta-llama/Meta-Llama-3-70B (the fields that decide its size)",
-    "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
 }
 
-#: Which parts of :func:`_architecture_parts` each tensor of :meth:`Architecture.param_tensors` belongs to.
-_LLAMA_GROUPS = {"embed_tokens": "embedding table", "lm_head": "lm_head",
-                 **dict.fromkeys(PROJECTIONS[:4], "attention linears"), **dict.fromkeys(PROJECTIONS[4:], "MLP linears"),
-                 **dict.fromkeys(("input_layernorm", "post_attention_layernorm", "norm", "q_norm", "k_norm"), "norms")}
 
+def llama_like(
+    hidden_size: int, num_layers: int, vocab_size: int, *, kv_fraction: float = 1 / 3, tied: bool = True
+) -> Architecture:
+    """A Llama-shaped decoder (no torch), its MLP 8/3 x as wide as hidden, as the demo's sliders leave it.
 
-def _architecture_parts(arch: Architecture) -> dict[str, int]:
-    """Parameter counts by part of an :class:`Architecture` (no torch): the linears are what 4 bits shrink."""
-    parts = {"embedding table": 0, "attention linears": 0, "MLP linears": 0, "linear biases": 0, "norms": 0,
-             "lm_head": 0}
-    for name, numel, _ in arch.param_tensors():
-        parts["linear biases" if name.endswith(".bias") else _LLAMA_GROUPS[name]] += numel
-    return parts
-
-
-def llama_like_parts(hidden_size: int, num_layers: int, vocab_size: int, *, mlp_ratio: float = 8 / 3,
-                     kv_fraction: float = 1 / 3, tied: bool = True) -> dict[str, int]:
-    """Parameter counts of a Llama-shaped decoder by formula (no torch), from :class:`Architecture`.
-
-    Per layer: q and o are hidden x hidden, k and v hidden x (kv_fraction * hidden), gate/up/down use
-    an intermediate size of mlp_ratio * hidden, plus two norms. SmolLM2-135M is hidden 576, 30 layers,
-    vocab 49,152, mlp_ratio 1536/576, kv_fraction 1/3, tied: exactly 134,515,008. Llama 3 8B is hidden 4096,
-    32 layers, vocab 128,256, mlp_ratio 3.5, kv_fraction 1/4 (8 of 32 heads), untied: 8,030,261,248.
+    Per layer: q and o are hidden x hidden, k and v hidden x (kv_fraction * hidden), gate/up/down 8/3 x hidden
+    wide, plus two norms. SmolLM2-135M is hidden 576, 30 layers, vocab 49,152, kv_fraction 1/3, tied: exactly
+    134,515,008 parameters.
     """
     checks.integer(hidden_size, "hidden_size", 64, 16384)
     checks.integer(num_layers, "num_layers", 1, 200)
     checks.integer(vocab_size, "vocab_size", 256, 1_000_000)
-    mlp_ratio = checks.number(mlp_ratio, "mlp_ratio", 0.5, 8)
     kv_fraction = checks.number(kv_fraction, "kv_fraction", 0, 1, low_open=True)
     checks.flag(tied, "tied")
     kv_width = max(1, round(kv_fraction * hidden_size))
     head_dim = math.gcd(hidden_size, kv_width)  # heads of this width give q exactly hidden wide and k, v kv_width wide
-    arch = Architecture(model_type="llama", vocab=vocab_size, hidden=hidden_size,
-                        intermediate=round(mlp_ratio * hidden_size), layers=num_layers,
-                        heads=hidden_size // head_dim, kv_heads=kv_width // head_dim, head_dim=head_dim, tied=tied)
-    return _architecture_parts(arch)
+    mlp = round(8 / 3 * hidden_size)
+    sizes = {"vocab": vocab_size, "hidden": hidden_size, "intermediate": mlp, "layers": num_layers}
+    heads = {"heads": hidden_size // head_dim, "kv_heads": kv_width // head_dim, "head_dim": head_dim}
+    return Architecture("llama", **sizes, **heads, tied=tied)
 
 
-def _ratio_lines(parts: dict[str, int]) -> str:
-    """The sizes and the 16-bit share of a model, from its parts (the linears go to 4 bits, the rest stays)."""
-    total = sum(parts.values())
-    linears = parts["attention linears"] + parts["MLP linears"]
+def _ratio_lines(arch: Architecture) -> str:
+    """The sizes and the 16-bit share of a model (the linears go to 4 bits, the rest stays)."""
+    tensors = arch.param_tensors()
+    total = arch.params
+    linears = sum(n for _, n, linear in tensors if linear)
+    embedding, head = (sum(n for name, n, _ in tensors if name == part) for part in ("embed_tokens", "lm_head"))
     b16, b4 = 2 * total, 0.5 * linears + 2 * (total - linears)
     short = f"{total / 1e9:.2f} B" if total >= 1e9 else f"{total / 1e6:.0f} M"
-    head = f", lm_head {100 * parts['lm_head'] / total:.0f} %" if parts["lm_head"] else ""
-    return (f"{total:,} parameters ({short}): 16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: "
-            f"{100 * b4 / b16:.0f} % (25 % would need every weight in a linear layer)\n"
-            f"stays 16-bit: {100 * (total - linears) / total:.0f} % of the parameters "
-            f"(embedding table {100 * parts['embedding table'] / total:.0f} %{head})")
+    head_share = f", lm_head {100 * head / total:.0f} %" if head else ""
+    return (
+        f"{total:,} parameters ({short}): 16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: "
+        f"{100 * b4 / b16:.0f} % (25 % would need every weight in a linear layer)\n"
+        f"stays 16-bit: {100 * (total - linears) / total:.0f} % of the parameters "
+        f"(embedding table {100 * embedding / total:.0f} %{head_share})"
+    )
 
 
-def four_bit_ratio_report(hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True,
-                          kv_fraction: float = 1 / 3) -> str:
-    """Text for the demo: a Llama-shaped model's 16-bit and 4-bit sizes and why the ratio is not 25 %.
-
-    The MLP is :func:`llama_like_parts`' default width (8/3 of hidden), as the demo's sliders leave it.
-    """
-    parts = llama_like_parts(hidden_size, num_layers, vocab_size, kv_fraction=kv_fraction, tied=tied)
-    return (f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, "
-            f"{'tied' if tied else 'untied'} lm_head\n{_ratio_lines(parts)}")
+def four_bit_ratio_report(
+    hidden_size: int, num_layers: int, vocab_size: int, tied: bool = True, kv_fraction: float = 1 / 3
+) -> str:
+    """Text for the demo: a Llama-shaped model's (:func:`llama_like`) 16-bit and 4-bit sizes and why the ratio is
+    not 25 %."""
+    arch = llama_like(hidden_size, num_layers, vocab_size, kv_fraction=kv_fraction, tied=tied)
+    head = (
+        f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, {'tied' if tied else 'untied'} lm_head"
+    )
+    return f"{head}\n{_ratio_lines(arch)}"
 
 
 def config_ratio_report(config: Any, name: str | None = None) -> str:
@@ -267,6 +259,8 @@ def config_ratio_report(config: Any, name: str | None = None) -> str:
     label = name if name is not None else arch.name
     if not isinstance(label, str) or not label:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
-    return (f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing "
-            f"{arch.kv_heads} key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, "
-            f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(_architecture_parts(arch))}")
+    return (
+        f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing "
+        f"{arch.kv_heads} key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, "
+        f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(arch)}"
+    )

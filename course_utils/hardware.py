@@ -8,7 +8,6 @@ answers True because bfloat16 can be *emulated*; it has no bfloat16 tensor cores
 wants the fast native path must ask for compute capability >= 8.0 (Ampere and newer), which is what
 :func:`bf16_native` does.
 """
-from __future__ import annotations
 
 import os
 import platform
@@ -26,8 +25,10 @@ from course_utils.units import GB
 # Device and dtype
 # --------------------------------------------------------------------------------------------
 #: Why the lessons run on the CPU on an Apple-silicon Mac, even where the MPS GPU is available.
-_MPS_REASON = ("an Apple MPS GPU is present, but the lessons run on the CPU: bitsandbytes, CUDA's memory counters "
-              "and float16 loss scaling are CUDA features, and CPU results match the stored outputs")
+_MPS_REASON = (
+    "an Apple MPS GPU is present, but the lessons run on the CPU: bitsandbytes, CUDA's memory counters "
+    "and float16 loss scaling are CUDA features, and CPU results match the stored outputs"
+)
 
 
 def pick_device() -> torch.device:
@@ -46,18 +47,12 @@ def as_device(device: torch.device | str | int | None) -> torch.device:
     """
     if device is None:
         return pick_device()
-    if isinstance(device, int) and not isinstance(device, bool):
-        if device < 0:
-            raise ValueError(f"device as an int is a CUDA index and must be >= 0, got {device}")
-        return torch.device("cuda", device)
-    if isinstance(device, str):
-        try:
-            return torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    if not isinstance(device, torch.device):
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
         raise TypeError(f"device must be a torch.device, a string, a CUDA index or None, got {type(device).__name__}")
-    return device
+    try:
+        return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or a CUDA index >= 0, got {device!r}") from err
 
 
 def bf16_native(device: torch.device | str | int | None = None) -> bool:
@@ -92,12 +87,9 @@ def needs_loss_scaling(dtype: torch.dtype) -> bool:
 def datasheet_for(name: str) -> Datasheet | None:
     """The datasheet entry for a GPU name such as 'Tesla T4' or 'NVIDIA H100 80GB HBM3' (None if not listed)."""
     key = datasheet_key(name)
-    if key is None:
-        return None
-    sheet = DATASHEETS[key]
-    if "A10G" in name.upper():
-        return sheet._replace(name="NVIDIA A10G (A10 datasheet; AWS publishes no separate one)")
-    return sheet
+    if key is not None and "A10G" in name.upper():  # matched to the A10's datasheet
+        return DATASHEETS[key]._replace(name="NVIDIA A10G (A10 datasheet; AWS publishes no separate one)")
+    return None if key is None else DATASHEETS[key]
 
 
 def current_datasheet() -> Datasheet | None:
@@ -123,12 +115,8 @@ def cpu_threads(n: int | None) -> Iterator[None]:
     Timing tiny operations on a CPU shared with other work is fragile: with several threads, every
     operation waits for all of them to be scheduled. One thread gives steadier, comparable numbers.
     """
-    if n is None:
-        yield
-        return
-    checks.integer(n, "num_threads", 1, 1024)
     before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(before if n is None else checks.integer(n, "num_threads", 1, 1024))
     try:
         yield
     finally:
@@ -160,15 +148,17 @@ def hardware_summary() -> str:
         index = torch.cuda.current_device()
         name = torch.cuda.get_device_name(index)
         major, minor = torch.cuda.get_device_capability(index)
-        precision = ("native bf16: 16-bit steps use bfloat16" if bf16_native(index) else
-                     "no native bf16 (bf16 is only emulated here): 16-bit steps use float16 + loss scaling")
+        precision = "native bf16: 16-bit steps use bfloat16"
+        if not bf16_native(index):
+            precision = "no native bf16 (bf16 is only emulated here): 16-bit steps use float16 + loss scaling"
         sheet = datasheet_for(name)
-        peak = (f"datasheet {sheet.tensor16_tflops:g} TFLOP/s 16-bit" if sheet is not None
-                else "no datasheet entry, so no % of peak")
+        peak = "no datasheet entry, so no % of peak"
+        if sheet is not None:
+            peak = f"datasheet {sheet.tensor16_tflops:g} TFLOP/s 16-bit"
         return f"GPU: {name}, {gpu_memory_gb(index):.1f} GB, compute capability {major}.{minor}, {precision}; {peak}"
-    where = f"{_MPS_REASON}; " if torch.backends.mps.is_available() else "no CUDA GPU; "
-    return (f"CPU only: {platform.machine()}, {os.cpu_count() or 1} cores, {where}"
-            "GPU-only steps say they were skipped; 16-bit steps use bfloat16")
+    why = _MPS_REASON if torch.backends.mps.is_available() else "no CUDA GPU"
+    then = "GPU-only steps say they were skipped; 16-bit steps use bfloat16"
+    return f"CPU only: {platform.machine()}, {os.cpu_count() or 1} cores, {why}; {then}"
 
 
 def version_notes(installed: dict[str, str] | None = None) -> list[str]:

@@ -8,7 +8,6 @@ before failing, a long silence in front of a class, so this decides in about a s
 ``COURSE_MODEL_SOURCE`` (:data:`MODEL_SOURCE_ENV`) names the source instead, so that a test can run each one.
 Nothing heavy is imported here (no torch), and of the course only the leaf modules ``checks`` and ``units``.
 """
-from __future__ import annotations
 
 import os
 import socket
@@ -75,17 +74,15 @@ def cached_on_disk(model_name: str) -> bool:
 #: Where a model can come from: the Hub original, the packaged copy (:mod:`course_utils.packaged`), the stand-in.
 _SOURCES = ("real", "packaged", "standin")
 #: The label of every printed line, per source (the Hub original's is its name).
-_LABELS = {"standin": "[STAND-IN: SmolLM2-135M architecture, random weights]",
-           "packaged": "[SmolLM2-135M-Instruct, packaged Q4_1 copy]"}
+_LABELS = {
+    "standin": "[STAND-IN: SmolLM2-135M architecture, random weights]",
+    "packaged": "[SmolLM2-135M-Instruct, packaged Q4_1 copy]",
+}
 #: Environment variable that names the source instead of deciding it ("real", "packaged" or "standin"): the test
 #: scripts run notebook 01b once with the packaged copy and once with the stand-in.
 MODEL_SOURCE_ENV = "COURSE_MODEL_SOURCE"
-
-
-def forced_source() -> str | None:
-    """The source :data:`MODEL_SOURCE_ENV` names (one of ``real``, ``packaged``, ``standin``), or None when unset."""
-    value = os.environ.get(MODEL_SOURCE_ENV, "").strip().lower()
-    return checks.choice(value, MODEL_SOURCE_ENV, _SOURCES) if value else None
+#: What the stand-in's generated text is called in the line that shows it.
+_NOISE = "random-weight output (noise, not an answer; unprintable characters escaped):"
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,9 @@ def decide_source(timeout_s: float = 1.5) -> Decision:
     2. Otherwise one quick TCP connection to the Hub decides: reachable -> the Hub original, on a CPU or a GPU
        alike (the device decides only how it loads, see :func:`course_utils.models.load_settings`).
     """
-    forced = forced_source()
-    if forced is not None:
+    forced = os.environ.get(MODEL_SOURCE_ENV, "").strip().lower()
+    if forced:
+        checks.choice(forced, MODEL_SOURCE_ENV, _SOURCES)
         return Decision(forced, f"{MODEL_SOURCE_ENV}={forced} chooses these weights")
     if hub_offline_env():
         if cached_on_disk(REAL_MODEL):
@@ -156,7 +154,5 @@ class ModelChoice:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a string (what generate_text returned), got {type(text).__name__}")
-        if self.is_standin:
-            return (f"{self.label} random-weight output (noise, not an answer; unprintable characters escaped): "
-                    f"'{printable(text)}'")
-        return f"{self.label} answer: '{printable(text)}'"
+        what = _NOISE if self.is_standin else "answer:"
+        return f"{self.label} {what} '{printable(text)}'"

@@ -6,7 +6,6 @@ size r x d_in and B of size d_out x r: r x (d_in + d_out) numbers per targeted m
 (:data:`course_utils.architecture.PROJECTIONS`). The same count by arithmetic, without torch:
 :meth:`course_utils.architecture.Architecture.adapter_params`.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -32,12 +31,18 @@ def _lora_config(r: Any, alpha: Any, targets: Any) -> Any:
     with quiet_libraries():  # peft imports bitsandbytes, whose import may log a notice
         from peft import LoraConfig
 
-        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets),
-                          task_type="CAUSAL_LM")
+        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), task_type="CAUSAL_LM")
 
 
-def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Sequence[str] = PROJECTIONS, *,
-             checkpointing: bool | None = None, kbit_preparation: bool = True) -> Any:
+def add_lora(
+    model: torch.nn.Module,
+    r: int = 16,
+    alpha: float = 16,
+    targets: Sequence[str] = PROJECTIONS,
+    *,
+    checkpointing: bool | None = None,
+    kbit_preparation: bool = True,
+) -> Any:
     """Freeze ``model`` and wrap it with LoRA adapters (peft). Returns the peft model.
 
     The adapters' A matrices start random (B starts at zero), from seed 0: the same start on every run,
@@ -65,8 +70,9 @@ def add_lora(model: torch.nn.Module, r: int = 16, alpha: float = 16, targets: Se
         # Non-reentrant checkpointing, which torch recommends and which works with frozen inputs; without it, torch
         # warns on every run that the default will change.
         if quantized and kbit_preparation:
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing,
-                                                    gradient_checkpointing_kwargs={"use_reentrant": False})
+            model = prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         elif checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if checkpointing:
@@ -86,25 +92,14 @@ class LoraCount:
     trainable: int
     base: int
 
-    @property
-    def all_params(self) -> int:
-        """What peft's ``print_trainable_parameters`` calls "all params": base + adapter."""
-        return self.base + self.trainable
-
-    @property
-    def percent(self) -> float:
-        """peft's "trainable%": adapter / (base + adapter) x 100."""
-        return 100 * self.trainable / self.all_params
-
-    @property
-    def percent_of_base(self) -> float:
-        """Adapter / base model x 100."""
-        return 100 * self.trainable / self.base
-
     def summary(self) -> str:
         """peft's line (trainable% = trainable / all params, base + adapter), plus the share of the base alone."""
-        return (f"{self.name}: trainable params: {self.trainable:,} || all params: {self.all_params:,} || "
-                f"trainable%: {self.percent:.2f}  (of the base alone, {self.base:,}: {self.percent_of_base:.2f} %)")
+        total = self.base + self.trainable
+        share, of_base = 100 * self.trainable / total, 100 * self.trainable / self.base
+        return (
+            f"{self.name}: trainable params: {self.trainable:,} || all params: {total:,} || trainable%: {share:.2f}  "
+            f"(of the base alone, {self.base:,}: {of_base:.2f} %)"
+        )
 
 
 def trainable_counts(model: torch.nn.Module) -> tuple[int, int]:
@@ -113,8 +108,9 @@ def trainable_counts(model: torch.nn.Module) -> tuple[int, int]:
     return trainable, count_model_parameters(model)
 
 
-def lora_count(config: Any, r: int = 16, alpha: float = 16, targets: Sequence[str] = PROJECTIONS,
-               name: str | None = None) -> LoraCount:
+def lora_count(
+    config: Any, r: int = 16, alpha: float = 16, targets: Sequence[str] = PROJECTIONS, name: str | None = None
+) -> LoraCount:
     """Count the lesson's LoRA adapter on the architecture ``config``, on the meta device (no memory, no download).
 
     ``config``: a preset in ``data/configs``, a path or a dict; ``name``: by default

@@ -35,13 +35,13 @@ share for every model (scaled linearly with the rank). With a ``config.json`` th
 A whole training step (activations, transient buffers, the framework) is :mod:`course_utils.step_memory`;
 the command line is :mod:`course_utils.cli`. This module is pure arithmetic: no torch, no measuring.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from course_utils import checks, datasheets
-from course_utils.architecture import DEFAULT_TARGETS, MAX_LORA_RANK, Config, count_parameters, lora_adapter_params
+from course_utils.architecture import DEFAULT_TARGETS, MAX_LORA_RANK, Config, Targets
+from course_utils.architecture import count_parameters, lora_adapter_params
 from course_utils.configs import config_name, read_config
 from course_utils.units import GB
 
@@ -101,8 +101,9 @@ METHODS: dict[str, Method] = {
     "full": Method("full fine-tuning (float32)", None),
     "lora": Method("LoRA, base in float32", 4.0, weights="float32 base + adapters"),
     "lora-bf16": Method("LoRA, base in bfloat16", 2.0, model_bytes=2, weights="bfloat16 base + float32 adapters"),
-    "qlora": Method("QLoRA, base in 4 bits", 0.5, model_bytes=2,
-                    weights="NF4 base, bfloat16 embedding/norms + float32 adapters"),
+    "qlora": Method(
+        "QLoRA, base in 4 bits", 0.5, model_bytes=2, weights="NF4 base, bfloat16 embedding/norms + float32 adapters"
+    ),
 }
 #: Methods beyond the lesson's table: selectable by key, never in the table (its four rows per model stay four).
 EXTRA_METHODS: dict[str, Method] = {"full-bf16": Method("full fine-tuning (bfloat16)", None, 2, 2, "bfloat16")}
@@ -142,11 +143,6 @@ class Budget:
         return line_gb(self.gb)
 
 
-def check_budget(budget_gb: float) -> float:
-    """A memory budget in GB between :data:`MIN_BUDGET_GB` and :data:`MAX_BUDGET_GB`."""
-    return checks.number(budget_gb, "budget_gb", MIN_BUDGET_GB, MAX_BUDGET_GB)
-
-
 #: The lesson's three budgets: the course laptop and two rentable GPUs.
 BUDGETS: tuple[Budget, ...] = (Budget("laptop 16 GB", 16.0), Budget("GPU 24 GB", 24.0), Budget("GPU 80 GB", 80.0))
 
@@ -163,19 +159,21 @@ def gpu_budget(gpu: str) -> Budget:
 
 def line_gb(budget_gb: float) -> float:
     """The table's 70 % line of a memory of ``budget_gb`` GB (a GPU's: the card's memory): 70 % of it."""
-    return round(check_budget(budget_gb) * LINE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
+    budget_gb = checks.number(budget_gb, "budget_gb", MIN_BUDGET_GB, MAX_BUDGET_GB)
+    return round(budget_gb * LINE_SHARE, 10)  # 16 * 0.7 is 11.2, not 11.200000000000001
 
 
-def step_limit_gb(memory_gb: float, device: str = "cuda", name: str = "budget_gb") -> float:
+def step_limit_gb(memory_gb: float, device: str = "cuda") -> float:
     """What a whole training step may be handed on a machine of ``memory_gb`` GB: on ``"cuda"`` the GPU's usable
     memory (the card's memory less the CUDA context, :func:`course_utils.datasheets.usable_gb`); on ``"cpu"`` the
     memory itself (no CUDA context there; the CPU step estimate already counts the process's own baseline).
 
-    ValueError, naming ``name``, for a memory outside :func:`check_budget`'s range or, on a GPU, not above the context.
+    ValueError naming ``budget_gb`` for a memory outside :data:`MIN_BUDGET_GB` .. :data:`MAX_BUDGET_GB` or, on a GPU,
+    not above the context.
     """
-    memory_gb = checks.number(memory_gb, name, MIN_BUDGET_GB, MAX_BUDGET_GB)
+    memory_gb = checks.number(memory_gb, "budget_gb", MIN_BUDGET_GB, MAX_BUDGET_GB)
     on_gpu = checks.choice(device, "device", ("cpu", "cuda")) == "cuda"
-    return datasheets.usable_gb(memory_gb, name) if on_gpu else memory_gb
+    return datasheets.usable_gb(memory_gb, "budget_gb") if on_gpu else memory_gb
 
 
 def step_verdict(peak_gb: float, usable_gb: float) -> str:
@@ -212,14 +210,9 @@ class MemoryEstimate:
     adapter_assumed: bool = False
 
     @property
-    def total_bytes(self) -> float:
-        """Weights + gradients + optimizer states, in bytes."""
-        return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
-
-    @property
     def gb(self) -> float:
-        """The estimate in GB (10^9 bytes)."""
-        return self.total_bytes / GB
+        """Weights + gradients + optimizer states, in GB (10^9 bytes)."""
+        return (self.weights_bytes + self.gradient_bytes + self.optimizer_bytes) / GB
 
     @property
     def label(self) -> str:
@@ -228,8 +221,8 @@ class MemoryEstimate:
 
     def parts_gb(self) -> dict[str, float]:
         """The three parts in GB, in the order a stacked bar draws them."""
-        return {"weights": self.weights_bytes / GB, "gradients": self.gradient_bytes / GB,
-                "AdamW states": self.optimizer_bytes / GB}
+        parts = {"weights": self.weights_bytes, "gradients": self.gradient_bytes, "AdamW states": self.optimizer_bytes}
+        return {part: nbytes / GB for part, nbytes in parts.items()}
 
     def fits(self, budget_gb: float) -> bool:
         """True when this estimate is at most the 70 % line of ``budget_gb`` (in GB; a GPU's: the card's memory)."""
@@ -242,8 +235,9 @@ def assumed_adapter_params(params: float, lora_rank: int = REFERENCE_RANK) -> fl
     return params * ADAPTER_SHARE * checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK) / REFERENCE_RANK
 
 
-def estimate(params: float, method: str = "lora", *, adapter: float | None = None,
-             lora_rank: int = REFERENCE_RANK, name: str = "") -> MemoryEstimate:
+def estimate(
+    params: float, method: str = "lora", *, adapter: int | None = None, lora_rank: int = REFERENCE_RANK, name: str = ""
+) -> MemoryEstimate:
     """Estimate weights + gradients + AdamW states for training a model of ``params`` parameters.
 
     ``method`` is one of :data:`ALL_METHODS` (``full``, ``lora``, ``lora-bf16``, ``qlora``, ``full-bf16``);
@@ -259,12 +253,13 @@ def estimate(params: float, method: str = "lora", *, adapter: float | None = Non
     else:
         trained = assumed_adapter_params(params_n, lora_rank) if assumed else checks.positive(adapter, "adapter")
         weights = meth.base_bytes * params_n
-    return MemoryEstimate(name, method, int(params_n), trained, weights, meth.trained_bytes * trained,
-                          2 * meth.trained_bytes * trained, adapter_assumed=assumed)
+    grads = meth.trained_bytes * trained  # AdamW keeps two states of the gradient's size
+    return MemoryEstimate(name, method, int(params_n), trained, weights, grads, 2 * grads, adapter_assumed=assumed)
 
 
-def estimate_table(models: Sequence[ModelSize] = MODELS, methods: Sequence[str] = tuple(METHODS),
-                   lora_rank: int = REFERENCE_RANK) -> list[MemoryEstimate]:
+def estimate_table(
+    models: Sequence[ModelSize] = MODELS, methods: Sequence[str] = tuple(METHODS), lora_rank: int = REFERENCE_RANK
+) -> list[MemoryEstimate]:
     """One estimate per model and method, models outermost: the rows of the lesson's table.
 
     A model's exact adapter count is used when it has one (:attr:`ModelSize.adapter`).
@@ -280,26 +275,24 @@ def what_fits(budget_gb: float) -> list[MemoryEstimate]:
 # --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
-_HEADER = "ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them)."
 _FOOTNOTE_FITS = "fits = the estimate uses at most 70% of the memory (the rest: activations, the system)."
 #: "QLoRA needs a GPU library" is out of date: bitsandbytes 0.50 runs its 4-bit layers on x86 CPUs too. What stays
 #: true is that a CPU trains a 7B model (the reason to use QLoRA) far too slowly for a first experiment.
 FOOTNOTE_QLORA = "QLoRA: bitsandbytes 0.50 runs on x86 CPUs too, but slowly for the large models QLoRA is for."
 
 
-def format_table(rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUDGETS, *,
-                 notes: Sequence[str] = ()) -> str:
+def format_table(
+    rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUDGETS, *, notes: Sequence[str] = ()
+) -> str:
     """The estimator's table: a header line, one row per estimate with fits/no per budget, the footnotes.
 
-    The footnotes are the 'fits =' line, the QLoRA note when a QLoRA row is shown, then ``notes``. ``rows`` and
-    ``budgets`` hold at least one each.
+    The footnotes are the 'fits =' line, the QLoRA note when a QLoRA row is shown, then ``notes``. ``rows`` holds at
+    least one estimate.
     """
-    if not rows or not budgets:
-        raise ValueError("rows and budgets must hold at least one estimate and one budget")
     name_w = max(15, max(len(r.model) for r in rows) + 3)
     col_ws = [max(14, len(b.label) + 2) for b in budgets]
-    lines = [_HEADER, f"{'model':<{name_w}}{'method':<28}{'GB':>9}"
-             + "".join(f"{b.label:>{w}}" for b, w in zip(budgets, col_ws))]
+    header = f"{'model':<{name_w}}{'method':<28}{'GB':>9}" + "".join(f"{b.label:>{w}}" for b, w in zip(budgets, col_ws))
+    lines = ["ESTIMATE: weights + gradients + AdamW states. Activations are not included (measure them).", header]
     for r in rows:
         cells = "".join(f"{('fits' if r.fits(b.gb) else 'no'):>{w}}" for b, w in zip(budgets, col_ws))
         lines.append(f"{r.model:<{name_w}}{r.label:<28}{r.gb:>9.2f}{cells}")
@@ -307,8 +300,9 @@ def format_table(rows: Sequence[MemoryEstimate], budgets: Sequence[Budget] = BUD
     return "\n".join([*lines, _FOOTNOTE_FITS, *qlora, *notes])
 
 
-def model_from_config(config: Config, lora_rank: int = REFERENCE_RANK,
-                      targets: str | Iterable[str] = DEFAULT_TARGETS, name: str | None = None) -> ModelSize:
+def model_from_config(
+    config: Config, lora_rank: int = REFERENCE_RANK, targets: Targets = DEFAULT_TARGETS, name: str | None = None
+) -> ModelSize:
     """A :class:`ModelSize` with exact counts from an architecture config (see :mod:`course_utils.architecture`),
     named ``name`` or :func:`course_utils.configs.config_name`'s name of the config."""
     cfg = read_config(config)
@@ -327,28 +321,29 @@ def size_name(params: int) -> str:
 # Measured peak vs estimate: where the memory went
 # --------------------------------------------------------------------------------------------
 #: The counted parts of a measured step, in the order :func:`account_for_peak` lists them.
-_PEAK_PARTS = (("baseline_bytes", "framework baseline (Python and libraries)"),
-              ("weights_bytes", "weights (frozen base + adapter)"), ("grads_bytes", "gradients"),
-              ("optimizer_bytes", "AdamW states"), ("saved_activations_bytes", "activations saved for backward"))
+_PEAK_PARTS = (
+    ("baseline_bytes", "framework baseline (Python and libraries)"),
+    ("weights_bytes", "weights (frozen base + adapter)"),
+    ("grads_bytes", "gradients"),
+    ("optimizer_bytes", "AdamW states"),
+    ("saved_activations_bytes", "activations saved for backward"),
+)
 
 
-def account_for_peak(measured: Any, digits: int | None = None) -> list[tuple[str, float]]:
-    """Split a measured training-step peak into named parts, in GB.
+def account_for_peak(measured: Any, digits: int = 3) -> list[tuple[str, float]]:
+    """Split a measured training-step peak into named parts, in GB rounded to ``digits`` decimals.
 
     ``measured`` is a ``course_utils.measure.StepMeasurement`` (or anything with ``peak_bytes``,
     ``baseline_bytes``, ``weights_bytes``, ``grads_bytes``, ``optimizer_bytes`` and ``saved_activations_bytes``).
-    The last part, 'other (temporaries, allocator)', is what the counted parts do not explain; it can be
-    negative when the counted parts were not all alive at the peak. With ``digits``, every counted part is
-    rounded to that many decimals of a GB and 'other' is the rounded peak minus their sum, so the printed
-    parts add up to the printed peak exactly.
+    The last part, 'other (temporaries, allocator)', is what the counted parts do not explain: the rounded peak
+    minus their sum, so the printed parts add up to the printed peak exactly. It can be negative when the counted
+    parts were not all alive at the peak.
     """
-    peak = checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0) / GB
-    parts = [(label, checks.number(getattr(measured, attr, None), f"measured.{attr}", 0) / GB)
-             for attr, label in _PEAK_PARTS]
-    if digits is not None:
-        digits = checks.integer(digits, "digits", 0, 9)
-        parts = [(label, round(v, digits)) for label, v in parts]
-        peak = round(peak, digits)
-    other = peak - sum(v for _, v in parts)
-    parts.append(("other (temporaries, allocator)", other if digits is None else round(other, digits)))
+    digits = checks.integer(digits, "digits", 0, 9)
+    peak = round(checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0) / GB, digits)
+    parts = []
+    for attr, label in _PEAK_PARTS:
+        nbytes = checks.number(getattr(measured, attr, None), f"measured.{attr}", 0)
+        parts.append((label, round(nbytes / GB, digits)))
+    parts.append(("other (temporaries, allocator)", round(peak - sum(v for _, v in parts), digits)))
     return parts

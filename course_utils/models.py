@@ -1,4 +1,4 @@
-"""Loading language models in 16, 8 or 4 bits, and using them: generate text, build training batches.
+"""Loading language models in 16, 8 or 4 bits, and generating text with them.
 
 The same ``from_pretrained`` call, ``BitsAndBytesConfig`` and arguments serve the lesson's real model (a Hub
 id) and the course's stand-in (a folder, see :mod:`course_utils.standin`). Architectures too big to load
@@ -6,21 +6,18 @@ here are built on PyTorch's meta device (shapes, no data) by :func:`meta_model`,
 ``data/configs``.
 
 The neighbouring modules: :mod:`course_utils.hub` (real model or stand-in?), :mod:`course_utils.standin`
-(the stand-in), :mod:`course_utils.footprint` (sizes part by part), :mod:`course_utils.lora` (adapters)
-and :mod:`course_utils.unsloth` (where Unsloth can run).
+(the stand-in), :mod:`course_utils.footprint` (sizes part by part) and :mod:`course_utils.lora` (adapters).
 """
-from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
-from course_utils import checks, data_path
+from course_utils import checks
 from course_utils.configs import config_name, read_config
-from course_utils.hardware import as_device, autocast_dtype, versions
+from course_utils.hardware import as_device, autocast_dtype
 from course_utils.hub import ModelChoice
 from course_utils.quiet import import_bitsandbytes, quiet_libraries
 
@@ -31,29 +28,14 @@ QWEN3_CONFIG = "qwen3-4b-instruct-2507.json"
 _LOAD_BITS = (16, 8, 4)
 
 
-# --------------------------------------------------------------------------------------------
-# Compatibility: the course supports transformers 4.57 (hosted images lag PyPI) up to the pinned 5.x
-# --------------------------------------------------------------------------------------------
-#: transformers renamed ``torch_dtype=`` to ``dtype=`` in 4.56; older versions only know ``torch_dtype``.
-_DTYPE_KWARG_SINCE = (4, 56)
-
-
-def transformers_version() -> tuple[int, int]:
-    """(major, minor) of the installed transformers, from :func:`course_utils.hardware.versions` (its metadata)."""
-    major, minor = (versions()["transformers"].split(".") + ["0"])[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
 def dtype_kwargs(dtype: torch.dtype) -> dict[str, torch.dtype]:
-    """The keyword that sets a model's dtype in ``from_pretrained``/``from_config``, for this transformers.
+    """The keyword that sets a model's dtype in ``from_pretrained``/``from_config``: ``{"dtype": dtype}``.
 
-    ``{"dtype": dtype}`` from transformers 4.56 on, ``{"torch_dtype": dtype}`` before (the one place that
-    knows about the rename; :func:`transformers_version` says which).
+    ``dtype=`` since transformers 4.56 (``torch_dtype=`` before; the course supports 4.57 and newer).
     """
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype such as torch.float16, got {type(dtype).__name__}")
-    key = "dtype" if transformers_version() >= _DTYPE_KWARG_SINCE else "torch_dtype"
-    return {key: dtype}
+    return {"dtype": dtype}
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,8 +74,8 @@ def meta_model(config: Any) -> Any:
 def check_load_bits(bits: Any) -> int:
     """``bits`` if it is a width a model loads at (16, 8 or 4); a TypeError or ValueError naming ``bits`` otherwise.
 
-    Not :func:`course_utils.quant.check_bits`: that one checks the 2 to 8 bits of the hand-made codes of
-    notebook 01, while a model loads at 16 (no quantization), 8 (LLM.int8) or 4 bits (NF4).
+    Not the bits check of :func:`course_utils.quant.level_range`: that one checks the 2 to 8 bits of the hand-made
+    codes of notebook 01, while a model loads at 16 (no quantization), 8 (LLM.int8) or 4 bits (NF4).
     """
     return checks.choice(checks.integer(bits, "bits", None), "bits", _LOAD_BITS)
 
@@ -122,9 +104,9 @@ def quantization_config(bits: int, compute_dtype: torch.dtype | None = None) -> 
     if bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
-        load_in_4bit=True,               # store the weights in 4 bits
-        bnb_4bit_quant_type="nf4",       # the 4-bit format QLoRA uses
-        bnb_4bit_compute_dtype=dtype,    # unpacked to 16-bit for the maths
+        load_in_4bit=True,  # store the weights in 4 bits
+        bnb_4bit_quant_type="nf4",  # the 4-bit format QLoRA uses
+        bnb_4bit_compute_dtype=dtype,  # unpacked to 16-bit for the maths
     )
 
 
@@ -136,8 +118,8 @@ def bitsandbytes_missing() -> str | None:
     """
     if import_bitsandbytes() is not None:
         return None
-    return ("bitsandbytes is not installed here (or cannot load on this machine), and 8- and 4-bit "
-            "weights need it: pip install bitsandbytes, then restart the kernel")
+    why = "bitsandbytes is not installed here (or cannot load on this machine), and 8- and 4-bit weights need it"
+    return f"{why}: pip install bitsandbytes, then restart the kernel"
 
 
 def _name_of(choice: ModelChoice | str | Path) -> str:
@@ -157,8 +139,8 @@ def load_settings(bits: int = 16, device: torch.device | str | None = None) -> d
     """
     dev = as_device(device)
     dtype = autocast_dtype(dev)
-    return {**dtype_kwargs(dtype), "device_map": device_map(dev),
-            "quantization_config": quantization_config(bits, dtype)}
+    quantization = quantization_config(bits, dtype)
+    return {**dtype_kwargs(dtype), "device_map": device_map(dev), "quantization_config": quantization}
 
 
 def device_map(device: torch.device | str | None = None) -> dict[str, int] | str:
@@ -215,16 +197,18 @@ def keep_4bit_trainable_on_cpu(model: torch.nn.Module) -> int:
         return 0
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     if any(getattr(getattr(m.weight, "quant_state", None), "packing_format_for_cpu", False) for m in layers):
-        raise RuntimeError("these 4-bit weights were already repacked for CPU inference by an earlier no-grad "
-                           "forward (a generate); they can no longer be trained. Load the 4-bit model again "
-                           "and call keep_4bit_trainable_on_cpu before generating, or train first.")
+        raise RuntimeError(
+            "these 4-bit weights were already repacked for CPU inference by an earlier no-grad "
+            "forward (a generate); they can no longer be trained. Load the 4-bit model again "
+            "and call keep_4bit_trainable_on_cpu before generating, or train first."
+        )
     for module in layers:
         module.support_avx512bf16_for_cpu = False
     return len(layers)
 
 
 # --------------------------------------------------------------------------------------------
-# Text: generation and a tiny training set
+# Text generation
 # --------------------------------------------------------------------------------------------
 def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 10) -> str:
     """Greedy continuation of ``prompt`` (prompt included), as in the lesson.
@@ -245,35 +229,3 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int =
     with quiet_libraries(), torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad, **extra)
     return tokenizer.decode(out[0], skip_special_tokens=True)
-
-
-def training_texts() -> list[str]:
-    """The small training set shipped for the QLoRA steps: one ``{"text": ...}`` per line of ``train.jsonl``.
-
-    An empty file gives an empty list, which :func:`training_batches` rejects.
-    """
-    lines = data_path("standin", "train.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line)["text"] for line in lines if line.strip()]
-
-
-def training_batches(tokenizer: Any, texts: Sequence[str], batch_size: int = 4, max_length: int = 32,
-                     device: torch.device | str | None = None) -> list[dict[str, torch.Tensor]]:
-    """Fixed, padded batches for causal-LM training: ``input_ids``, ``attention_mask`` and ``labels``.
-
-    Padding positions get label -100, so the loss ignores them. The order is the order of ``texts``.
-    """
-    checks.integer(batch_size, "batch_size", 1, 256)
-    checks.integer(max_length, "max_length", 2, 8192)
-    if isinstance(texts, str) or not texts:
-        raise ValueError("texts must be a non-empty list of strings")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    batches = []
-    for start in range(0, len(texts), batch_size):
-        enc = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True,
-                        truncation=True, max_length=max_length, return_token_type_ids=False)
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        batches.append({"input_ids": enc["input_ids"].to(dev), "attention_mask": enc["attention_mask"].to(dev),
-                        "labels": labels.to(dev)})
-    return batches

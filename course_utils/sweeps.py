@@ -6,13 +6,13 @@ stored: :func:`compare` asks :func:`course_utils.step_memory.estimate_step` now,
 up here, and ``tests/test_sweeps.py`` holds it to :data:`TOLERANCE_PCT`. Plain arithmetic on a JSON file: nothing
 here measures or imports torch.
 """
-from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
+from course_utils import data_path
 from course_utils.step_memory import error_percent, estimate_step
 from course_utils.units import GB
 
@@ -37,8 +37,7 @@ class Compared(NamedTuple):
     baseline_gb: float
 
 
-@dataclass(frozen=True)
-class Sweep:
+class Sweep(NamedTuple):
     """A sweep file: the ``config`` measured, the ``machine`` it ran on, and its ``rows`` (``step`` with
     ``measured`` or ``error``)."""
 
@@ -51,31 +50,32 @@ class Sweep:
         m, v = self.machine, self.machine["versions"]
         bf16 = [f for f in m["cpu_flags"] if "bf16" in f]
         where = m["gpu"] or f"{m['cpu']}, {m['cores']} cores, bfloat16 instructions: {', '.join(bf16) or 'none'}"
-        return (f"{where}; Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}, "
-                f"peft {v['peft']}; {m['date'][:10]}")
+        versions = f"Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}, peft {v['peft']}"
+        return f"{where}; {versions}; {m['date'][:10]}"
 
     def compare(self) -> list[Compared]:
         """Each measured row next to today's estimate for the same step and counter (failed rows left out)."""
         device = "cuda" if self.machine["device"].startswith("cuda") else "cpu"
         out = []
-        for row in (r for r in self.rows if "measured" in r):
-            step, m = row["step"], row["measured"]
+        for case in (r for r in self.rows if "measured" in r):
+            step, m = case["step"], case["measured"]
             kwargs = {k: v for k, v in step.items() if k not in _MEASURE_ONLY}
             est = estimate_step(self.config, **{**kwargs, "autocast": bool(kwargs.get("autocast"))}, device=device)
             fixed = est.baseline_bytes + est.runtime_bytes + est.weights_bytes + est.optimizer_bytes
-            out.append(Compared(f"{step['method']} b{step['batch']}", est.peak_bytes / GB, m["peak_bytes"] / GB,
-                                error_percent(est.peak_bytes, m["peak_bytes"]), (est.peak_bytes - fixed) / GB,
-                                (m["peak_bytes"] - m["start_bytes"]) / GB, m["baseline_bytes"] / GB))
+            est_gb, measured_gb = est.peak_bytes / GB, m["peak_bytes"] / GB
+            in_step_est, in_step_measured = (est.peak_bytes - fixed) / GB, (m["peak_bytes"] - m["start_bytes"]) / GB
+            error = error_percent(est.peak_bytes, m["peak_bytes"])
+            label = f"{step['method']} b{step['batch']}"
+            out.append(
+                Compared(label, est_gb, measured_gb, error, in_step_est, in_step_measured, m["baseline_bytes"] / GB)
+            )
         return out
 
 
 def load(path: str | os.PathLike | None = None) -> Sweep:
     """Read a sweep file; ``path`` None means the one notebook 05 draws (:data:`SMOLLM2_CPU`)."""
-    if path is None:
-        from course_utils import data_path
-
-        path = data_path("sweeps", SMOLLM2_CPU)
-    doc = json.loads(open(path, encoding="utf-8").read())
+    path = data_path("sweeps", SMOLLM2_CPU) if path is None else path
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or not {"config", "machine", "rows"} <= doc.keys():
         raise ValueError(f"{path} is not a sweep file: a JSON object with config, machine and rows")
     return Sweep(doc["config"], doc["machine"], doc["rows"])

@@ -12,13 +12,11 @@ whose loss covers the answer only (:func:`training_example`), greedy answers for
 the most common training team (:func:`majority_team`), chance (:func:`chance_tail`, :func:`margin_over_chance`)
 and a 95 % interval (:func:`wilson_interval`). Nothing heavy is imported here.
 """
-from __future__ import annotations
 
 import json
 import math
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from course_utils import checks, data_path
 
@@ -28,14 +26,15 @@ if TYPE_CHECKING:
 #: The four teams a ticket can go to, in the order the instructions list them.
 TEAMS = ("billing", "technical", "account", "shipping")
 #: The instruction the model reads before every ticket (the system message of the chat template).
-INSTRUCTION = ("Route the customer's support ticket to one team: billing, technical, account or shipping. "
-               'Answer with JSON only, in the form {"team": "<team>"}.')
+INSTRUCTION = (
+    "Route the customer's support ticket to one team: billing, technical, account or shipping. "
+    'Answer with JSON only, in the form {"team": "<team>"}.'
+)
 #: A team's name as a whole word, in any case: how :func:`team_named` finds the teams an answer names.
 _TEAM_WORD = re.compile(r"\b(" + "|".join(TEAMS) + r")\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Ticket:
+class Ticket(NamedTuple):
     """One support ticket and the team that should handle it."""
 
     text: str
@@ -45,20 +44,9 @@ class Ticket:
 def load_tickets(split: str = "train") -> list[Ticket]:
     """The shipped tickets of ``split`` ("train" or "heldout"), from ``data/tickets/<split>.jsonl``."""
     checks.choice(split, "split", ("train", "heldout"))
-    file = data_path("tickets", f"{split}.jsonl")
-    tickets = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if not isinstance(row.get("text"), str) or not row["text"].strip():
-            raise ValueError(f"{file}:{number}: a ticket needs a non-empty 'text'")
-        if row.get("team") not in TEAMS:
-            raise ValueError(f"{file}:{number}: team must be one of {', '.join(TEAMS)}, got {row.get('team')!r}")
-        tickets.append(Ticket(row["text"].strip(), row["team"]))
-    if not tickets:
-        raise ValueError(f"{file} holds no tickets")
-    return tickets
+    lines = data_path("tickets", f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [Ticket(row["text"].strip(), row["team"]) for row in rows]
 
 
 def answer_text(team: str) -> str:
@@ -112,15 +100,15 @@ def end_of_answer(tokenizer: Any) -> str:
     """
     if getattr(tokenizer, "chat_template", None):
         marker = "ANSWER-END-MARKER"
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "?"}, {"role": "assistant",
-                                              "content": marker}], tokenize=False)
-        end = text[text.rindex(marker) + len(marker):].strip()
+        turn = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
+        text = tokenizer.apply_chat_template(turn, tokenize=False)
+        end = text[text.rindex(marker) + len(marker) :].strip()
         if end:
             return end
     return tokenizer.eos_token or ""
 
 
-def training_example(tokenizer: Any, ticket: Ticket, device: torch.device | str | None = None) -> dict[str, Any]:
+def training_example(tokenizer: Any, ticket: Ticket, device: "torch.device | str | None" = None) -> dict[str, Any]:
     """One training example: the prompt, then the answer and the end-of-turn token; the loss sees the answer only.
 
     The prompt's positions get label -100 (ignored by the loss), so the adapter learns what to answer, not how
@@ -148,35 +136,30 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
 
     from course_utils.quiet import quiet_libraries
 
-    checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
     if isinstance(tickets, (str, Ticket)) or not tickets or not all(isinstance(t, Ticket) for t in tickets):
         raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
-    side, pad_token = tokenizer.padding_side, tokenizer.pad_token
-    tokenizer.pad_token = pad_token or tokenizer.eos_token
-    tokenizer.padding_side = "left"  # generation continues each prompt at its right end
-    try:
-        pad = tokenizer.pad_token_id
-        inputs = tokenizer([prompt_text(tokenizer, t) for t in tickets], return_tensors="pt", padding=True,
-                           add_special_tokens=False, return_token_type_ids=False)
-    finally:
-        tokenizer.padding_side, tokenizer.pad_token = side, pad_token
-    inputs = inputs.to(next(model.parameters()).device)
+    prompts = [tokenizer(prompt_text(tokenizer, t), add_special_tokens=False)["input_ids"] for t in tickets]
+    # Padded on the left, as generation continues each prompt at its right end (eos pads where there is no pad).
+    pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=next(model.parameters()).device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=ids.device)
     # Stop at the end of an answer as training wrote it, and at whatever the model's own config says.
     stops = tokenizer(end_of_answer(tokenizer), add_special_tokens=False)["input_ids"][-1:]
     own = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     stops += [own] if isinstance(own, int) else list(own or [])
     was_training = model.training
     model.eval()
+    eos = sorted(set(stops)) or None
     with quiet_libraries(), torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
-                             eos_token_id=sorted(set(stops)) or None)
+        out = model.generate(
+            ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad, eos_token_id=eos
+        )
     model.train(was_training)
-    new = out[:, inputs["input_ids"].shape[1]:]
-    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
+    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in out[:, width:]]
 
 
-@dataclass(frozen=True)
-class Score:
+class Score(NamedTuple):
     """How many answers were valid JSON, and how many named the right team (:func:`team_named`), of ``total``."""
 
     valid: int
@@ -196,8 +179,7 @@ def score(answers: Sequence[str], tickets: Sequence[Ticket]) -> Score:
 
 def majority_team(tickets: Sequence[Ticket]) -> str:
     """The most common team of ``tickets`` (a baseline always answers it); on a tie, the first in :data:`TEAMS`."""
-    teams = [t.team for t in tickets]
-    return max(TEAMS, key=teams.count)
+    return max(TEAMS, key=[t.team for t in tickets].count)
 
 
 def chance_tail(total: int, right: int) -> float:
@@ -206,37 +188,33 @@ def chance_tail(total: int, right: int) -> float:
     The upper tail of the binomial distribution: the sum over k >= ``right`` of C(total, k) p^k (1 - p)^(total - k),
     with p = 1 / len(TEAMS).
     """
-    total = checks.integer(total, "total", 1)
-    right = checks.integer(right, "right", 0, total)
     p = 1 / len(TEAMS)
     return sum(math.comb(total, k) * p**k * (1 - p) ** (total - k) for k in range(right, total + 1))
 
 
-def margin_over_chance(total: int, level: float = 0.01) -> int:
+def margin_over_chance(total: int) -> int:
     """k of the lesson's check "right team on at least k more of ``total`` tickets than every baseline".
 
     Why k: a model that guesses a team at random is right on Binomial(total, 1/4) tickets, total/4 on average,
     which is what always answering one team scores on a balanced held-out set. k is the smallest margin above
-    total/4 that such a guesser reaches with a chance of ``level`` or less (:func:`chance_tail`). On 48 tickets
+    total/4 that such a guesser reaches with a chance of 1 % or less (:func:`chance_tail`). On 48 tickets
     at 1 %: a guesser reaches 12 + 7 = 19 with a chance of 1.8 %, 12 + 8 = 20 with 0.8 %, so k = 8. A smaller
     margin, say "more than before", a guesser passes often: 13 or more of 48 with a chance of 42 %.
     """
-    checks.number(level, "level", 0, 1, low_open=True)
     base = math.ceil(checks.integer(total, "total", 1) / len(TEAMS))
     k = 0
-    while base + k < total and chance_tail(total, base + k) > level:
+    while base + k < total and chance_tail(total, base + k) > 0.01:
         k += 1
     return k
 
 
-def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of the share ``successes / total`` (95 % for z = 1.96), as two shares in [0, 1].
+def wilson_interval(successes: int, total: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of the share ``successes / total`` (0 to ``total``), as two shares in [0, 1].
 
     Unlike share ± z·sqrt(share (1 - share) / total), it stays inside [0, 1] and is not zero wide at 0 or total.
     """
-    total = checks.integer(total, "total", 1)
-    share = checks.integer(successes, "successes", 0, total) / total
-    z2 = checks.positive(z, "z") ** 2 / total
+    z = 1.96  # the normal quantile of a 95 % interval
+    share, z2 = successes / total, z**2 / total
     centre = (share + z2 / 2) / (1 + z2)
     half = z * math.sqrt(share * (1 - share) / total + z2 / (4 * total)) / (1 + z2)
     return max(0.0, centre - half), min(1.0, centre + half)

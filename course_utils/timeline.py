@@ -7,11 +7,8 @@ A :class:`Timeline` is a list of points, each the bytes alive at one moment of o
 on a GPU) into the same kinds, so the two can be drawn on the same axes. Arithmetic only here: no torch.
 """
 
-from __future__ import annotations
-
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
-
 from course_utils.step_memory import StepEstimate, part_category
 
 #: What is alive, in the order a stacked chart draws it (bottom first). "framework" is the process's own memory
@@ -55,31 +52,14 @@ class Timeline:
         return max(p.by_kind.get(kind, 0) for p in self.points)
 
 
-def check_phase(phase: str) -> str:
-    """``phase`` if it is one of :data:`PHASES`; ValueError naming them otherwise."""
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
-    return phase
-
-
-def tensor_total(point: TimelinePoint, kinds: Sequence[str] = KINDS[1:]) -> int:
-    """The bytes of ``point`` in ``kinds``: by default every tensor kind, the framework left out."""
-    return sum(point.by_kind.get(k, 0) for k in kinds)
+def tensor_total(point: TimelinePoint) -> int:
+    """The bytes of ``point`` in every tensor kind: the framework left out."""
+    return sum(point.by_kind.get(k, 0) for k in KINDS[1:])
 
 
 # --------------------------------------------------------------------------------------------
 # The predicted timeline: the step estimate's own parts, moment by moment
 # --------------------------------------------------------------------------------------------
-#: Where each part of a step estimate's moment goes, by the estimate's own category (step_memory._category):
-#: the optimizer's part of a moment is its scratch space, and "overhead" the short-lived buffers of backward.
-_KIND_OF_CATEGORY = {
-    "activations": "activations",
-    "gradients": "gradients",
-    "optimizer": "temporaries",
-    "overhead": "temporaries",
-}
-
-
 #: The part of a tied embedding's backward that holds its two gradient contributions and their sum.
 _TIED_SUM = "tied embedding: 2 gradient contributions and their sum"
 #: The head's gradient, which a tied embedding holds as a contribution (not yet a ``.grad``) until the sum.
@@ -89,20 +69,19 @@ _HEAD_GRAD = "output-layer weight gradient"
 def _moment_kinds(parts: dict[str, int], tied: bool = False) -> dict[str, int]:
     """A moment of a step estimate (part label -> bytes) as bytes by kind. ``tied``: a tied embedding that trains,
     whose gradient contributions are autograd's temporaries until they are summed into the one ``.grad``."""
-    out: dict[str, int] = {}
-
-    def add(kind: str, nbytes: int) -> None:
-        out[kind] = out.get(kind, 0) + nbytes
-
+    out: Counter[str] = Counter()
     for label, nbytes in parts.items():
         if tied and label == _TIED_SUM:  # the sum is the .grad; the two contributions are temporaries
-            add("gradients", nbytes // 3)
-            add("temporaries", nbytes - nbytes // 3)
+            out["gradients"] += nbytes // 3
+            out["temporaries"] += nbytes - nbytes // 3
         elif tied and label == _HEAD_GRAD:
-            add("temporaries", nbytes)
+            out["temporaries"] += nbytes
         else:
-            add(_KIND_OF_CATEGORY[part_category(label)], nbytes)
-    return out
+            # by the estimate's own category: activations and gradients are those kinds; the rest ("optimizer", its
+            # scratch space, and "overhead", the short-lived buffers of backward) are temporaries
+            category = part_category(label)
+            out[category if category in ("activations", "gradients") else "temporaries"] += nbytes
+    return dict(out)
 
 
 def _layer_gradient_bytes(est: StepEstimate) -> int:
@@ -127,26 +106,20 @@ def predicted_timeline(est: StepEstimate) -> Timeline:
     leaf_input = est.spec["checkpointing"] and est.trained_params != arch.params
     tokens = est.spec["batch"] * est.spec["seq"]
     logits = tokens * arch.vocab * (2 if est.spec["autocast"] else acts.hidden_bytes)  # the model's output
-    fixed = {
-        "framework": est.baseline_bytes + est.runtime_bytes,
-        "weights": est.weights_bytes,
-        "optimizer states": est.optimizer_bytes,
-    }
+    framework = est.baseline_bytes + est.runtime_bytes
+    fixed = {"framework": framework, "weights": est.weights_bytes, "optimizer states": est.optimizer_bytes}
     kept = est.grads_bytes if est.spec["accumulation"] > 1 else 0
-    points = [TimelinePoint("before the step", "before the step", {**fixed, "gradients": kept})]
+
+    def point(label: str, phase: str, kinds: dict[str, int]) -> TimelinePoint:
+        return TimelinePoint(label, phase, {**fixed, **kinds})
+
+    points = [point("before the step", "before the step", {"gradients": kept})]
     for i, saved in enumerate(acts.cumulative[1:], start=1):
-        points.append(
-            TimelinePoint(f"layer {i} forward", "forward", {**fixed, "gradients": kept, "activations": saved})
-        )
-    points.append(
-        TimelinePoint(
-            "the loss (its float32 log-softmax kept, the logits alive)",
-            "forward",
-            {**fixed, "gradients": kept, "activations": acts.total + logits},
-        )
-    )
+        points.append(point(f"layer {i} forward", "forward", {"gradients": kept, "activations": saved}))
+    loss = "the loss (its float32 log-softmax kept, the logits alive)"
+    points.append(point(loss, "forward", {"gradients": kept, "activations": acts.total + logits}))
     in_backward = [m for m in moments if m not in ("optimizer step", "end of backward (embedding gradient)")]
-    points += [TimelinePoint(m, "backward", {**fixed, **_moment_kinds(moments[m], tied)}) for m in in_backward]
+    points += [point(m, "backward", _moment_kinds(moments[m], tied)) for m in in_backward]
     head = moments.get("head backward (its weight gradient)", {}).get(_HEAD_GRAD, 0)
     per_layer, hidden = _layer_gradient_bytes(est), tokens * arch.hidden
     for i in range(arch.layers - 1, -1, -1):  # after layer i's backward: its saved tensors freed, its gradients made
@@ -155,21 +128,11 @@ def predicted_timeline(est: StepEstimate) -> Timeline:
         flowing = hidden * acts.hidden_bytes  # the gradient of the hidden states, passed down
         if i == 0 and leaf_input:  # it ends as the .grad of the embedding's output (a leaf that requires grad)
             grads, flowing = grads + flowing, 0
-        points.append(
-            TimelinePoint(
-                f"layer {i + 1} backward",
-                "backward",
-                {
-                    **fixed,
-                    "activations": acts.cumulative[i],
-                    "gradients": grads,
-                    "temporaries": flowing + (head if tied and not kept else 0),
-                },
-            )
-        )
-    for m in ("end of backward (embedding gradient)", "optimizer step"):
+        temporaries = flowing + (head if tied and not kept else 0)
+        kinds = {"activations": acts.cumulative[i], "gradients": grads, "temporaries": temporaries}
+        points.append(point(f"layer {i + 1} backward", "backward", kinds))
+    for m, phase in (("end of backward (embedding gradient)", "backward"), ("optimizer step", "optimizer step")):
         if m in moments:
-            phase = "optimizer step" if m == "optimizer step" else "backward"
-            points.append(TimelinePoint(m, phase, {**fixed, **_moment_kinds(moments[m], tied)}))
-    points.append(TimelinePoint("after zero_grad", "after zero_grad", dict(fixed)))
+            points.append(point(m, phase, _moment_kinds(moments[m], tied)))
+    points.append(point("after zero_grad", "after zero_grad", {}))
     return Timeline(points, f"predicted: {est.describe()} ({est.device})")

@@ -1,6 +1,5 @@
 """Units the whole course uses: one gigabyte is 10^9 bytes, as GPU datasheets count (``nvidia-smi`` reports MiB,
 2^20 bytes: 15,360 MiB are 16.1 GB)."""
-from __future__ import annotations
 
 from typing import Any
 
@@ -19,21 +18,16 @@ def format_bytes(n: Any) -> str:
     return f"{int(n)} B"
 
 
-#: How :func:`format_seconds` writes a duration: (unit, scale, the scaled value it starts at, format), largest first.
-_SECONDS_FORMATS = (("s", 1, 10, ".0f"), ("s", 1, 1, ".1f"), ("ms", 1e3, 10, ".0f"), ("ms", 1e3, 1, ".1f"),
-                    ("ms", 1e3, 0.1, ".2g"))
-
-
 def format_seconds(seconds: Any) -> str:
     """A duration in the unit that reads best, never rounded to zero: ``2.4 s``, ``38 ms``, ``0.52 ms``, ``41 µs``.
 
     A GPU step takes milliseconds, a CPU step seconds: one ``:.1f} s`` format would print a GPU's as ``0.0 s``.
     """
     s = checks.number(seconds, "seconds", 0)
-    for unit, scale, low, spec in _SECONDS_FORMATS:
-        if s * scale >= low:
-            return f"{s * scale:{spec}} {unit}"
-    return f"{s * 1e6:.2g} µs"
+    for unit, value in (("s", s), ("ms", s * 1e3)):
+        if value >= 1:  # whole units from 10 up, one decimal below
+            return f"{value:.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
+    return f"{s * 1e3:.2g} ms" if s * 1e3 >= 0.1 else f"{s * 1e6:.2g} µs"
 
 
 def printable(text: str) -> str:
@@ -45,5 +39,7 @@ def printable(text: str) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    return "".join(ch if ch == " " or (ch.isprintable() and ch != "\ufffd")
-                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return "".join(
+        ch if ch == " " or (ch.isprintable() and ch != "\ufffd") else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )

@@ -1,6 +1,7 @@
 """This machine in a few fields (CPU model, cores, bfloat16 instructions, OS, torch), as ``notebooks/cell_times.json``
 records it next to the cell times of a notebook run, and in words for the README and the instructor guide.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,8 @@ def describe_machine(machine: dict | str) -> str:
     if machine["avx512_bf16"] is None:
         units = "bfloat16 flags unknown"
     else:
-        units = ", ".join(("" if machine[key] else "no ") + name
-                          for key, name in (("avx512_bf16", "AVX-512-bf16"), ("amx_bf16", "AMX")))
-    return (f"{machine['cores']}-core {machine['cpu']} ({units}), {machine['os']}, torch {machine['torch']}, "
-            f"CPU only")
+        units = ", ".join(
+            ("" if machine[key] else "no ") + name
+            for key, name in (("avx512_bf16", "AVX-512-bf16"), ("amx_bf16", "AMX"))
+        )
+    return f"{machine['cores']}-core {machine['cpu']} ({units}), {machine['os']}, torch {machine['torch']}, CPU only"

@@ -18,6 +18,7 @@ already there is not measured again, so an interrupted sweep resumes (on the sam
         --out data/sweeps/smollm2-135m-cpu.json                      # the six cases notebook 05 shows
     python scripts/memory_sweep.py --out sweep.json --table-only      # the table of what is there
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,19 +44,25 @@ from machine_info import cpu_info  # noqa: E402 - after the path line above
 
 KEYS = ("method", "batch", "seq", "checkpointing")
 #: The rest of every measured step, stored with it (measure_training_step's defaults, spelled out).
-FIXED = {"lora_rank": 8, "targets": ["q_proj", "v_proj"], "optimizer": "adamw", "autocast": None, "accumulation": 1,
-         "steps": 1}
+FIXED = {
+    "lora_rank": 8,
+    "targets": ["q_proj", "v_proj"],
+    "optimizer": "adamw",
+    "autocast": None,
+    "accumulation": 1,
+    "steps": 1,
+}
 #: The versions stored with the measurements.
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes")
 #: The CPU flags worth storing: the vector and matrix instruction sets PyTorch's kernels choose between.
 FLAG_PREFIXES = ("avx", "amx", "fma", "sse4", "bf16", "asimd", "sve")
 
 
-def cases(methods: Iterable[str], batches: Iterable[int], seqs: Iterable[int],
-          checkpointing: Iterable[bool]) -> list[dict[str, Any]]:
+def cases(
+    methods: Iterable[str], batches: Iterable[int], seqs: Iterable[int], checkpointing: Iterable[bool]
+) -> list[dict[str, Any]]:
     """Every combination, as keyword arguments of measure_training_step (and estimate_step, less ``steps``)."""
-    return [{**dict(zip(KEYS, combo)), **FIXED}
-            for combo in itertools.product(methods, batches, seqs, checkpointing)]
+    return [{**dict(zip(KEYS, combo)), **FIXED} for combo in itertools.product(methods, batches, seqs, checkpointing)]
 
 
 def machine(device: Any) -> dict[str, Any]:
@@ -71,12 +78,19 @@ def machine(device: Any) -> dict[str, Any]:
     model, found = cpu_info()  # the one /proc/cpuinfo reader of the scripts
     flags = sorted(f for f in (found or ()) if f.startswith(FLAG_PREFIXES))
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {"device": str(device), "gpu": gpu, "cpu": model, "cores": os.cpu_count(),
-            "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_flags": flags,
-            "os": platform.platform(), "versions": versions,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "device": str(device),
+        "gpu": gpu,
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": flags,
+        "os": platform.platform(),
+        "versions": versions,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def run_cases(config: str, todo: list[dict[str, Any]], device: Any, timeout_s: float) -> list[dict[str, Any]]:
@@ -97,9 +111,10 @@ def key(step: dict[str, Any]) -> tuple[Any, ...]:
 
 def table(sweep: sweeps.Sweep, wanted: set[tuple[Any, ...]]) -> str:
     """The stored rows of ``wanted`` cases as Markdown, next to today's estimate, then the largest error."""
-    lines = ["| method | batch | seq | checkpointing | estimate GB | measured GB | error "
-             "| in step: estimate / measured |",
-             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| method | batch | seq | checkpointing | estimate GB | measured GB | error | in step: estimate / measured |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
     rows = [r for r in sweep.rows if key(r["step"]) in wanted]
     done = sweeps.Sweep(sweep.config, sweep.machine, [r for r in rows if "measured" in r]).compare()
     compared = iter(done)
@@ -110,11 +125,15 @@ def table(sweep: sweeps.Sweep, wanted: set[tuple[Any, ...]]) -> str:
             lines.append(head + f"| | | failed: {r['error']} | |")
             continue
         c = next(compared)
-        lines.append(head + f"| {c.estimate_gb:.3f} | {c.measured_gb:.3f} | {c.error_pct:+.1f} % "
-                     f"| {c.in_step_estimate_gb:.3f} / {c.in_step_measured_gb:.3f} |")
+        lines.append(
+            head + f"| {c.estimate_gb:.3f} | {c.measured_gb:.3f} | {c.error_pct:+.1f} % "
+            f"| {c.in_step_estimate_gb:.3f} / {c.in_step_measured_gb:.3f} |"
+        )
     if done:
-        lines.append(f"\n{len(done)} cases measured; largest error {sweeps.largest_error_pct(done):+.1f} % "
-                     f"(the course states {sweeps.TOLERANCE_PCT:g} %).")
+        lines.append(
+            f"\n{len(done)} cases measured; largest error {sweeps.largest_error_pct(done):+.1f} % "
+            f"(the course states {sweeps.TOLERANCE_PCT:g} %)."
+        )
     return "\n".join(lines)
 
 
@@ -130,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true", help="print the table of --out; measure nothing")
     args = parser.parse_args(argv)
     try:
-        grid = cases([m for m in args.methods.split(",") if m], [int(b) for b in args.batches.split(",")],
-                     [int(s) for s in args.seqs.split(",")],
-                     [{"off": False, "on": True}[c] for c in args.checkpointing.split(",")])
+        grid = cases(
+            [m for m in args.methods.split(",") if m],
+            [int(b) for b in args.batches.split(",")],
+            [int(s) for s in args.seqs.split(",")],
+            [{"off": False, "on": True}[c] for c in args.checkpointing.split(",")],
+        )
     except (ValueError, KeyError) as err:
         parser.error(f"a grid option is malformed ({err})")
     if not args.table_only:

@@ -1,8 +1,9 @@
 """How a built notebook reads: its slides (which cell starts one, from its estimated height on a projector) and
-its study time (the core path's words, code cells and exercises, and the optional part after "Going deeper"), plus
-static slides exported from executed notebooks. Used by ``build_notebooks.py``, which stamps both into every
-notebook, and by the tests that hold the core path to its limits.
+its study time (the core path's words, code cells and exercises, and the optional part after "Going deeper").
+Used by ``build_notebooks.py``, which stamps both into every notebook, and by the tests that hold the core path to
+its limits.
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 #: The setup cell's first line: a Colab form title (with ``cellView: "form"`` the code stays folded under it).
-SETUP_TITLE = "#@title Setup: the course helpers, versions and hardware (run me first)"
+SETUP_TITLE = "# @title Setup: the course helpers, versions and hardware (run me first)"
 
 
 # ---------------------------------------------------------------------------------------------------- slides
@@ -30,6 +31,7 @@ PROSE_WRAP, CODE_WRAP = 105, 115
 
 
 def _wrapped_lines(text: str, width: int) -> int:
+    """Screen lines of ``text`` where each line wraps at ``width`` characters."""
     return sum(max(1, math.ceil(len(line) / width)) for line in text.splitlines()) if text else 0
 
 
@@ -85,6 +87,7 @@ def cell_height(cell: dict) -> int:
 
 
 def is_setup_cell(cell: dict) -> bool:
+    """True for the generated setup cell (its first line is :data:`SETUP_TITLE`)."""
     return cell["cell_type"] == "code" and "".join(cell["source"]).startswith(SETUP_TITLE)
 
 
@@ -104,9 +107,7 @@ def slide_types(cells: list[dict]) -> list[str]:
         marker = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
         first = cell["source"].lstrip().split("\n", 1)[0] if cell["cell_type"] == "markdown" else ""
         height = cell_height(cell)
-        if marker in ("skip", "notes"):
-            kind = marker
-        elif marker:
+        if marker:
             kind = marker
         elif i == 0 or first.startswith(("# ", "## ", "### ")):
             kind = "slide"
@@ -152,6 +153,7 @@ def word_count(text: str) -> int:
 
 
 def _printed(cell: dict) -> str:
+    """What a code cell's outputs print: its streams' text, else its Markdown or plain text."""
     texts = []
     for out in cell.get("outputs", []) or []:
         data = out.get("data", {})
@@ -173,8 +175,11 @@ class Reading:
     @property
     def minutes(self) -> int:
         """Study minutes at :data:`WORDS_PER_MINUTE`, a minute a code cell and five an exercise."""
-        return math.ceil(self.words / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * self.code_cells
-                         + MINUTES_PER_EXERCISE * self.exercises)
+        return math.ceil(
+            self.words / WORDS_PER_MINUTE
+            + MINUTES_PER_CODE_CELL * self.code_cells
+            + MINUTES_PER_EXERCISE * self.exercises
+        )
 
 
 def reading(cells: list[dict]) -> tuple[Reading, Reading]:
@@ -200,12 +205,16 @@ def study_minutes(cells: list[dict]) -> tuple[int, int]:
     return core.minutes, optional.minutes
 
 
+def _up_to_5(minutes: int) -> int:
+    """``minutes`` rounded up to a multiple of 5."""
+    return 5 * math.ceil(minutes / 5)
+
+
 def time_line(core: int, optional: int) -> str:
     """The header's study-time sentence, rounded up to 5 minutes."""
-    up = lambda m: 5 * math.ceil(m / 5)  # noqa: E731 - a one-line rounding rule
-    line = f"**Time:** about {up(core)} minutes of study for the core path"
+    line = f"**Time:** about {_up_to_5(core)} minutes of study for the core path"
     if optional:
-        line += f", plus about {up(optional)} for the optional \"Going deeper\" part after the recap"
+        line += f', plus about {_up_to_5(optional)} for the optional "Going deeper" part after the recap'
     return line + "."
 
 
@@ -219,23 +228,3 @@ def study_time(path: Path) -> int | None:
         return None
     found = STUDY_TIME.search(nbformat.read(path, as_version=4).cells[0].source)
     return int(found.group(1)) if found else None
-
-
-def export_slides(notebooks: list[Path], folder: Path, reveal_prefix: str | None) -> None:
-    """Write static reveal.js slides ``<folder>/<stem>.slides.html`` from the committed, executed ``notebooks``.
-
-    The slides show the saved outputs and widget views; nothing runs. reveal.js loads from ``reveal_prefix``
-    (default: nbconvert's CDN address; give a local copy's folder to present offline).
-    """
-    from nbconvert import SlidesExporter
-
-    folder.mkdir(parents=True, exist_ok=True)
-    exporter = SlidesExporter()
-    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
-    if reveal_prefix:
-        exporter.reveal_url_prefix = reveal_prefix
-    for path in notebooks:
-        body, _ = exporter.from_notebook_node(nbformat.read(path, as_version=4))
-        target = folder / f"{path.stem}.slides.html"
-        target.write_text(body, encoding="utf-8")
-        print(f"wrote {target}")

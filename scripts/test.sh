@@ -16,8 +16,9 @@ LIMIT="${COURSE_TEST_TIMEOUT:-2700}"
 source scripts/bounded.sh   # bounded CMD...: GNU timeout, or a fallback where there is none (macOS)
 
 if [ $# -eq 0 ]; then
-  echo "== ruff check (configured in pyproject.toml)"
+  echo "== ruff check and ruff format --check (configured in pyproject.toml)"
   "$VENV/bin/ruff" check --quiet && echo "ruff: clean"
+  "$VENV/bin/ruff" format --check --quiet && echo "ruff format: every file formatted"
 fi
 if [ $# -gt 0 ]; then
   bounded "$VENV/bin/python" -m pytest "$@"

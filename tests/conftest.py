@@ -1,4 +1,5 @@
 """Fixtures shared by the unit tests: simulated GPU/MPS profiles (see gpu_sim.py) and a tiny stand-in model."""
+
 import pytest
 
 from gpu_sim import any_device, cuda_device  # noqa: F401 - pytest finds fixtures by name here

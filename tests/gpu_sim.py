@@ -12,6 +12,7 @@ scaling, which estimate is compared with which measurement), never results.
 The profiles are real: names as ``torch.cuda.get_device_name`` prints them, compute capabilities and
 total memory as ``get_device_properties`` reports them on Colab/cloud machines.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,7 +58,7 @@ CUDA_PROFILES = ("T4", "L4", "A100", "H100")
 #: per-profile expectation tables of tests/test_gpu_paths*.py list the profiles above, one by one).
 EXTRA_PROFILES: dict[str, Profile] = {
     # H200 SXM, 141 GB HBM3e: get_device_properties reports 143,771 MiB; 132 SMs like the H100.
-    "H200": Profile("H200", "NVIDIA H200", (9, 0), 143_771 * 1024**2, 132),
+    "H200": Profile("H200", "NVIDIA H200", (9, 0), 143_771 * 1024**2, 132)
 }
 
 
@@ -136,8 +137,13 @@ def simulate(monkeypatch: pytest.MonkeyPatch, key: str, *, free_fraction: float 
 
     def properties(device: object = None) -> SimpleNamespace:
         _check_index(device, visible_count(count))
-        return SimpleNamespace(name=prof.name, major=prof.capability[0], minor=prof.capability[1],
-                               total_memory=prof.total_memory, multi_processor_count=prof.multi_processor_count)
+        return SimpleNamespace(
+            name=prof.name,
+            major=prof.capability[0],
+            minor=prof.capability[1],
+            total_memory=prof.total_memory,
+            multi_processor_count=prof.multi_processor_count,
+        )
 
     def mem_get_info(device: object = None) -> tuple[int, int]:
         _check_index(device, visible_count(count))

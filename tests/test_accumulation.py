@@ -1,4 +1,5 @@
 """Tests for course_utils.accumulation, its chart and its widget."""
+
 from __future__ import annotations
 
 import os
@@ -82,18 +83,6 @@ def test_the_error_lists_the_sizes_that_divide() -> None:
         acc.accumulation_steps_for(64, 24)
 
 
-def test_trip_sizes_allow_a_short_last_trip() -> None:
-    assert acc.trip_sizes(48, 10) == [10, 10, 10, 10, 8]
-    assert acc.trip_sizes(48, 8) == [8] * 6
-    assert acc.trip_sizes(5, 5) == [5]
-    with pytest.raises(ValueError, match="micro_batch_size must be between 1 and 48, got 0"):
-        acc.trip_sizes(48, 0)
-    with pytest.raises(ValueError, match="micro_batch_size must be between 1 and 4, got 5"):
-        acc.trip_sizes(4, 5)
-    with pytest.raises(TypeError, match="batch_size must be an integer"):
-        acc.trip_sizes(4.0, 2)
-
-
 def test_weight_per_item() -> None:
     assert acc.weight_per_item([58, 6], "micro_mean") == pytest.approx([1 / 116, 1 / 12])
     assert acc.weight_per_item([58, 6], "total_tokens") == pytest.approx([1 / 64, 1 / 64])
@@ -107,7 +96,6 @@ def test_weight_per_item() -> None:
 def test_scale_learning_rate() -> None:
     assert acc.scale_learning_rate(1e-3, 16, 64) == pytest.approx(4e-3)
     assert acc.scale_learning_rate(1e-3, 16, 64, rule="sqrt") == pytest.approx(2e-3)
-    assert acc.scale_learning_rate(1e-3, 16, 64, rule="none") == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="rule must be one of"):
         acc.scale_learning_rate(1e-3, 16, 64, rule="cubic")
     with pytest.raises(ValueError, match="base_lr must be a finite number > 0"):
@@ -154,7 +142,7 @@ def test_compare_gradients_rejects_mismatches() -> None:
     a = [torch.zeros(3)]
     with pytest.raises(ValueError, match="one gradient per parameter"):
         acc.compare_gradients(a, a + a)
-    with pytest.raises(ValueError, match="shapes differ"):
+    with pytest.raises(ValueError, match="each of its reference's shape"):
         acc.compare_gradients(a, [torch.zeros(4)])
     assert acc.compare_gradients([torch.ones(2)], [torch.ones(2)]).same
 
@@ -162,20 +150,6 @@ def test_compare_gradients_rejects_mismatches() -> None:
 # ---------------------------------------------------------------------------------------------
 # Memory and time
 # ---------------------------------------------------------------------------------------------
-def test_saved_tensor_bytes_counts_activations_not_parameters() -> None:
-    lin = torch.nn.Linear(4, 3)
-    x = torch.randn(5, 4)
-    saved = acc.saved_tensor_bytes(lambda: lin(x).sum(), exclude=lin.parameters())
-    assert saved == x.numel() * 4  # the input, kept for the weight's gradient; the weight itself left out
-    assert lin.weight.grad is not None  # the graph was freed by a backward pass
-
-
-def test_saved_tensor_bytes_counts_a_shared_storage_once() -> None:
-    x = torch.randn(8, 8, requires_grad=True)
-    saved = acc.saved_tensor_bytes(lambda: (x * x).sum())  # mul saves x twice: one storage
-    assert saved == 8 * 8 * 4
-
-
 def test_activation_memory_grows_with_the_micro_batch() -> None:
     model = sweep_mlp(hidden=32, depth=2)
     x, y = acc.regression_batch(64)
@@ -190,19 +164,29 @@ def test_activation_memory_grows_with_the_micro_batch() -> None:
 def test_cuda_reading_is_taken_after_forward_before_backward(monkeypatch) -> None:
     """On CUDA the activations are read between forward and backward: no weight-gradient temporaries."""
     events: list[str] = []
-    allocated = iter([1_000, 4_000])  # before the forward pass, after it (graph alive)
+    allocated = iter([1_000, 4_000])  # before the measured forward pass, after it (graph alive)
+    monkeypatch.setattr(acc, "memory_method", lambda device=None: "cuda")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: (events.append("read"), next(allocated))[1])
     lin = torch.nn.Linear(2, 1)
-
-    def step() -> torch.Tensor:
-        events.append("forward")
-        return lin(torch.ones(1, 2)).sum()
-
-    measured = acc._cuda_forward_bytes(step, torch.device("cuda", 0))
-    assert measured == 3_000
-    assert events == ["sync", "read", "forward", "sync", "read"]
-    assert lin.weight.grad is not None  # backward ran after the reading
+    lin.register_forward_hook(lambda *_: events.append("forward"))
+    for p in lin.parameters():
+        p.register_hook(lambda grad: events.append("backward"))
+    measured, what = acc.activation_memory(lin, torch.ones(4, 2), torch.ones(4, 1), 2)
+    assert measured == 3_000 and what == acc.MEMORY_METHODS["cuda"]
+    # a warm-up step first, then the reading around the measured forward pass, and its backward after it
+    assert events == [
+        "forward",
+        "backward",
+        "backward",
+        "sync",
+        "read",
+        "forward",
+        "sync",
+        "read",
+        "backward",
+        "backward",
+    ]
     assert "before backward" in acc.MEMORY_METHODS["cuda"]
 
 
@@ -282,8 +266,10 @@ def test_sweep_model_is_the_course_mlp() -> None:
 
 
 def test_sizes_in_the_text_use_the_course_units() -> None:
-    rows = [acc.MicroBatchRow(1, 64, True, 0.0, 13_312, 0.01, "test"),
-            acc.MicroBatchRow(64, 1, True, 0.0, 851_968, 0.001, "test")]
+    rows = [
+        acc.MicroBatchRow(1, 64, True, 0.0, 13_312, 0.01, "test"),
+        acc.MicroBatchRow(64, 1, True, 0.0, 851_968, 0.001, "test"),
+    ]
     summary = acc.micro_batch_summary(rows, 1, budget_bytes=2_500_000_000)
     assert "activation memory: 13.3 KB" in summary
     assert "room for 2.50 GB of activations: yes" in summary
@@ -301,8 +287,6 @@ def test_padded_batch() -> None:
     assert labels[1].tolist()[1:] == [acc.IGNORE_INDEX] * 2
     assert (labels != acc.IGNORE_INDEX).sum(dim=1).tolist() == [3, 1]
     with pytest.raises(ValueError, match="lengths"):
-        acc.padded_token_batch((3, 0))
-    with pytest.raises(ValueError, match="lengths"):
         acc.padded_token_batch(())
 
 
@@ -316,8 +300,10 @@ def test_mean_of_micro_batch_means_is_not_the_batch_gradient() -> None:
     assert acc.compare_gradients(big, fixed).same
     # with equal token counts the naive way would be right: the trap is the padding
     even_tokens, even_labels = acc.padded_token_batch((5, 5, 5, 5))
-    assert acc.compare_gradients(weighted_token_gradients(model, even_tokens, even_labels, 4, "total_tokens"),
-                                 weighted_token_gradients(model, even_tokens, even_labels, 2, "micro_mean")).same
+    assert acc.compare_gradients(
+        weighted_token_gradients(model, even_tokens, even_labels, 4, "total_tokens"),
+        weighted_token_gradients(model, even_tokens, even_labels, 2, "micro_mean"),
+    ).same
 
 
 def test_weight_per_item_matches_the_notebooks_plain_loops() -> None:
@@ -327,8 +313,9 @@ def test_weight_per_item_matches_the_notebooks_plain_loops() -> None:
 
     def token_loss(t, lb, reduction):
         logits = model(t)
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), lb.flatten(), ignore_index=-100,
-                                                 reduction=reduction)
+        return torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), lb.flatten(), ignore_index=-100, reduction=reduction
+        )
 
     def take() -> list[torch.Tensor]:
         grads = [p.grad.clone() for p in model.parameters()]
@@ -360,8 +347,9 @@ def test_weight_per_item_matches_the_notebooks_plain_loops() -> None:
 # ---------------------------------------------------------------------------------------------
 def _loader(batch_size: int) -> torch.utils.data.DataLoader:
     data = acc.regression_dataset(128)
-    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True,
-                                       generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.DataLoader(
+        data, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def notebook_loop(model: torch.nn.Module, loader, accumulation_steps: int) -> list[float]:
@@ -413,16 +401,28 @@ def test_hugging_face_trainer_accumulates_like_a_big_batch(tmp_path) -> None:
         from transformers.trainer_callback import PrinterCallback
 
         for micro, steps in ((16, 4), (64, 1)):
-            args = TrainingArguments(output_dir=str(tmp_path / f"{micro}"), per_device_train_batch_size=micro,
-                                     gradient_accumulation_steps=steps, max_steps=2, learning_rate=0.01,
-                                     lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
-                                     report_to="none", disable_tqdm=True, use_cpu=True, seed=0)
+            args = TrainingArguments(
+                output_dir=str(tmp_path / f"{micro}"),
+                per_device_train_batch_size=micro,
+                gradient_accumulation_steps=steps,
+                max_steps=2,
+                learning_rate=0.01,
+                lr_scheduler_type="constant",
+                logging_steps=1,
+                save_strategy="no",
+                report_to="none",
+                disable_tqdm=True,
+                use_cpu=True,
+                seed=0,
+            )
             model = acc.TinyRegressor()
             trainer = Trainer(model=model, args=args, train_dataset=data)
             trainer.remove_callback(PrinterCallback)
             trainer.train()
-            runs[micro] = ([(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h],
-                           model)
+            runs[micro] = (
+                [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h],
+                model,
+            )
     (log_a, model_a), (log_b, model_b) = runs[16], runs[64]
     assert [s for s, _ in log_a] == [1, 2]
     assert [round(v, 4) for _, v in log_a] == [round(v, 4) for _, v in log_b]

@@ -2,7 +2,7 @@
 
 The CUDA rules are checked against the documented conditions, one profile at a time; the math backend's saved
 tensors are checked exactly against autograd, and its peak against a measured CPU step with the backend forced
-(torch.nn.attention.sdpa_kernel), at 512 tokens.
+(torch.nn.attention.sdpa_kernel), on a narrow many-headed model whose s x s scores dominate the difference.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ TINY = tiny_models.TINY
 def test_cuda_rules(card: str, dtype: str, gqa: bool, expected: str) -> None:
     choice = attention.cuda_backend(datasheets.lookup(card).capability, dtype, gqa=gqa, head_dim=64)
     assert choice.backend == expected
-    assert choice.keeps_scores == (expected == "math")
 
 
 def test_cudnn_goes_first_only_on_sm90_and_sm100_and_steps_back_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,22 +70,21 @@ def test_cuda_rules_mask_and_head_size() -> None:
     a100 = datasheets.lookup("A100").capability
     assert attention.cuda_backend(a100, "bfloat16", gqa=False, head_dim=64, mask=True).backend == "efficient"
     assert attention.cuda_backend(a100, "bfloat16", gqa=False, head_dim=512).backend == "math"
-    with pytest.raises(ValueError, match="dtype"):
-        attention.cuda_backend(a100, "int8", gqa=False, head_dim=64)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("heads, kv_heads, head_dim", [(9, 3, 64), (9, 9, 64), (14, 2, 64), (16, 8, 128)])
 def test_cpu_rule_is_pytorchs_own(dtype: str, heads: int, kv_heads: int, head_dim: int) -> None:
-    """The written-out CPU rule against the choice this torch makes, with the call transformers makes (causal, no
-    mask, enable_gqa where K/V heads are fewer)."""
+    """The written-out CPU rule (a 16-bit step is bfloat16 there) against the choice this torch makes, with the call
+    transformers makes (causal, no mask, enable_gqa where K/V heads are fewer), for every 16-bit dtype."""
     from torch.nn.attention import SDPBackend
 
     q = torch.zeros(1, heads, 4, head_dim, dtype=getattr(torch, dtype))
     kv = torch.zeros(1, kv_heads, 4, head_dim, dtype=q.dtype)
     asked = SDPBackend(torch._fused_sdp_choice(q, kv, kv, None, 0.0, True, enable_gqa=kv_heads != heads)).name
     names = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "efficient", "MATH": "math"}
-    rule = attention.cpu_backend(dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    nbytes = 4 if dtype == "float32" else 2
+    rule = attention.choose_backend(device="cpu", dtype_bytes=nbytes, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     assert rule.backend == names[asked]
 
 
@@ -143,10 +141,23 @@ STEP = {"batch": 2, "seq": 16, "lora_rank": 4}
 
 def _tiny_step(method: str, autocast: str | None, checkpointing: bool, targets: tuple, attention: str) -> dict:
     """A real step of the tiny model, in this process (the counts are exact; no peak is read)."""
-    spec = {**STEP, "config": read_config(TINY), "config_name": "tiny", "method": method, "targets": list(targets),
-            "checkpointing": checkpointing, "optimizer": "adamw", "autocast": autocast, "compile": False,
-            "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu", "kbit_preparation": True,
-            "attention": attention}
+    spec = {
+        **STEP,
+        "config": read_config(TINY),
+        "config_name": "tiny",
+        "method": method,
+        "targets": list(targets),
+        "checkpointing": checkpointing,
+        "optimizer": "adamw",
+        "autocast": autocast,
+        "compile": False,
+        "steps": 1,
+        "accumulation": 1,
+        "seed": 0,
+        "device": "cpu",
+        "kbit_preparation": True,
+        "attention": attention,
+    }
     return run_step(spec)
 
 
@@ -160,11 +171,22 @@ def _tiny_step(method: str, autocast: str | None, checkpointing: bool, targets: 
         ("lora", None, True, ("q_proj", "v_proj")),
     ],
 )
-def test_math_saved_activations_are_exact(method: str, autocast: str | None, checkpointing: bool,
-                                          targets: tuple) -> None:
+def test_math_saved_activations_are_exact(
+    method: str, autocast: str | None, checkpointing: bool, targets: tuple
+) -> None:
     real = _tiny_step(method, autocast, checkpointing, targets, "math")
-    est, fused = (sm.estimate_step(TINY, method=method, **STEP, targets=targets, checkpointing=checkpointing,
-                                   autocast=bool(autocast), attention=kernel) for kernel in ("math", "flash"))
+    est, fused = (
+        sm.estimate_step(
+            TINY,
+            method=method,
+            **STEP,
+            targets=targets,
+            checkpointing=checkpointing,
+            autocast=bool(autocast),
+            attention=kernel,
+        )
+        for kernel in ("math", "flash")
+    )
     assert real["extra"]["attention"] == "math"
     assert est.activations.total == real["saved_activations_bytes"]
     assert checkpointing or fused.activations.total != real["saved_activations_bytes"]  # the check can fail
@@ -173,18 +195,33 @@ def test_math_saved_activations_are_exact(method: str, autocast: str | None, che
 def test_the_recorder_sees_what_autocast_hands_the_kernel() -> None:
     """bf16 autocast on a CPU: SDPA gets bfloat16 tensors and runs fused (not math, as float32/bf16 inputs would)."""
     real = _tiny_step("lora", "bfloat16", False, ("q_proj", "v_proj"), "auto")
-    assert real["extra"]["attention"] == attention.cpu_backend("bfloat16", heads=4, kv_heads=2, head_dim=16).backend
+    rule = attention.choose_backend(device="cpu", dtype_bytes=2, heads=4, kv_heads=2, head_dim=16)
+    assert real["extra"]["attention"] == rule.backend == "flash"
 
 
-# ---------------------------------------------------------------- the peak, measured at 512 tokens
-def test_math_backend_peak_within_5_percent_at_512_tokens() -> None:
-    """SmolLM2's architecture, LoRA, 1 x 512 tokens, SDPA forced to math in a fresh CPU process."""
-    m = measure.measure_training_step("smollm2-135m", method="lora", batch=1, seq=512, attention="math", timeout_s=300)
-    est = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=512, attention="math")
-    fused = sm.estimate_step("smollm2-135m", method="lora", batch=1, seq=512, attention="flash")
+# ---------------------------------------------------------------- the peak, measured where the scores dominate
+#: SmolLM2 narrowed to 256 wide and 4 layers, with 16 query heads (4 K/V heads) of 16: at 1,024 tokens each layer's
+#: s x s float32 scores (64 MB) outweigh the rest of its activations, so the step costs ~15 s, not SmolLM2's minute.
+MANY_HEADS = {
+    **read_config("smollm2-135m"),
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 16,
+}
+
+
+def test_math_backend_peak_within_5_percent_where_the_scores_dominate() -> None:
+    """LoRA, 1 x 1,024 tokens, SDPA forced to math in a fresh CPU process."""
+    step = {"method": "lora", "batch": 1, "seq": 1024}
+    m = measure.measure_training_step(MANY_HEADS, **step, attention="math", timeout_s=300)
+    est = sm.estimate_step(MANY_HEADS, **step, attention="math")
+    fused = sm.estimate_step(MANY_HEADS, **step, attention="flash")
     assert m.extra["attention"] == "math"
     assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 5
-    assert sm.error_percent(fused.peak_bytes, m.peak_bytes) < -5  # assuming a fused kernel misses the scores
+    assert sm.error_percent(fused.peak_bytes, m.peak_bytes) < -10  # assuming a fused kernel misses the scores
 
 
 # ---------------------------------------------------------------- where the backend is named
@@ -212,10 +249,15 @@ def test_cli_names_the_backend_per_card(capsys: pytest.CaptureFixture) -> None:
     assert totals[0] > totals[1]
 
 
-def test_planner_names_the_kernel_and_the_16_bit_dtype() -> None:
+def test_planner_names_the_kernel_and_the_16_bit_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A card named by its capability is planned for as that card, whatever GPU is present (here an H100)."""
+    simulate(monkeypatch, "H100")
     t4 = what_is_my_bottleneck("smollm2-135m", "full", 16, 16.0, seq=512, capability=(7, 5))
     assert "; math attention)" in t4.text().splitlines()[0]
     assert all("bf16" not in " ".join(o.changes) for o in t4.options)
     a100 = what_is_my_bottleneck("smollm2-135m", "full", 16, 8.0, seq=512, capability=(8, 0))
     assert any("LoRA on a bf16 base" in o.changes for o in a100.options)
-    assert torch.cuda.device_count() == 0  # nothing here ran on a GPU
+    named, present = (
+        what_is_my_bottleneck("smollm2-135m", "lora-bf16", 16, 80.0, seq=512, capability=cap) for cap in ((7, 5), None)
+    )
+    assert (named.estimate.attention.backend, present.estimate.attention.backend) == ("math", "cudnn")

@@ -3,6 +3,7 @@
 The budget given is the GPU's memory; usable is that less the 0.5 GB CUDA context. QLoRA's numbers are left out of
 exact checks here (its estimate is refined elsewhere).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,9 @@ def test_the_step_fits_up_to_90_percent_of_usable_and_is_tight_up_to_100(share: 
     assert diag.budget_gb == memory and diag.usable_gb == pytest.approx(memory - 0.5)
     head = diag.text().splitlines()[0]
     assert f"GPU {memory:g} GB, usable {memory - 0.5:.4g} GB: {100 * share:.0f} % of usable" in head
-    assert head.endswith({"fits": "of usable", "tight": "tight: it may still run out of memory",
-                          "does not fit": "GB over)"}[verdict])
+    assert head.endswith(
+        {"fits": "of usable", "tight": "tight: it may still run out of memory", "does not fit": "GB over)"}[verdict]
+    )
     assert (diag.options == []) == (verdict == "fits")  # tight is not fits: the planner still looks for a fix
     assert ("It fits: no trick needed" in diag.text()) == (verdict == "fits")
 
@@ -70,8 +72,10 @@ def test_notebook_05s_8_gb_case_checkpointing_alone_is_tight() -> None:
     assert ck.verdict == "tight" and round(ck.peak_gb, 2) == 7.07 and not ck.fits
     assert ("gradient checkpointing", "8-bit AdamW") in [o.changes for o in fitting]  # the pair fits where one is tight
     text = diag.text()
-    assert text.splitlines()[0].endswith("(GPU allocator counter; math attention); GPU 8 GB, "
-                                         "usable 7.5 GB: 303 % of usable, it does not fit (15.24 GB over)")
+    assert text.splitlines()[0].endswith(
+        "(GPU allocator counter; math attention); GPU 8 GB, "
+        "usable 7.5 GB: 303 % of usable, it does not fit (15.24 GB over)"
+    )
     assert text.splitlines()[3].startswith("  fits   micro-batch 2 x 8 accumulation steps  ")
     assert text.splitlines()[-1].startswith("  tight  gradient checkpointing  ")
     # ranking: every fitting option before every tight one, the same method before a new one

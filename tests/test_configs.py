@@ -1,4 +1,5 @@
 """course_utils.configs: one reader for the shipped architecture configs."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Tests for course_utils.ddp: the DDP check really runs (2 gloo processes on CPU) and cannot hang."""
+
 from __future__ import annotations
 
 import time
@@ -14,7 +15,7 @@ def test_two_processes_with_no_sync_give_the_big_batch_gradient() -> None:
     assert (result.world_size, result.micro_batch_size, result.accumulation_steps) == (2, 8, 4)
     assert result.same_gradient and result.ranks_agree
     assert result.max_difference < 1e-6
-    assert result.allreduce_calls == 1                  # no_sync: one all-reduce per update
+    assert result.allreduce_calls == 1  # no_sync: one all-reduce per update
     assert result.allreduce_calls_without_no_sync == 4  # without it: one per micro-batch
     assert result.same_gradient_without_no_sync
     assert "same gradient as one process with a batch of 64: True" in result.report()
@@ -38,17 +39,20 @@ def test_start_method() -> None:
     assert ddp.start_method() in ("forkserver", "spawn")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"world_size": 8, "batch_size": 4, "accumulation_steps": 1}, r"batch_size \(4\) must split evenly"),
-    ({"world_size": 0}, "world_size must be between 1 and 8"),
-    ({"world_size": 9}, "world_size must be between 1 and 8"),
-    ({"world_size": 3}, r"batch_size \(64\) must split evenly into world_size \(3\)"),
-    ({"accumulation_steps": 0}, "accumulation_steps must be between 1 and 64"),
-    ({"accumulation_steps": 5}, "must split evenly"),
-    ({"backend": "mpi"}, "backend must be one of"),
-    ({"timeout_s": 0}, "timeout_s must be a finite number > 0 and <= 600"),
-    ({"batch_size": 0}, "batch_size must be between"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"world_size": 8, "batch_size": 4, "accumulation_steps": 1}, r"batch_size \(4\) must split evenly"),
+        ({"world_size": 0}, "world_size must be between 1 and 8"),
+        ({"world_size": 9}, "world_size must be between 1 and 8"),
+        ({"world_size": 3}, r"batch_size \(64\) must split evenly into world_size \(3\)"),
+        ({"accumulation_steps": 0}, "accumulation_steps must be between 1 and 64"),
+        ({"accumulation_steps": 5}, "must split evenly"),
+        ({"backend": "mpi"}, "backend must be one of"),
+        ({"timeout_s": 0}, "timeout_s must be a finite number > 0 and <= 600"),
+        ({"batch_size": 0}, "batch_size must be between"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(kwargs, message) -> None:
     args = {"world_size": 2, "batch_size": 64, "accumulation_steps": 4, "backend": "gloo", "timeout_s": 60.0} | kwargs
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,5 @@
 """course_utils.footprint: what get_memory_footprint() counts, part by part, computed on the meta device, measured."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from course_utils import footprint as F
+from course_utils.architecture import Architecture
 from course_utils.quiet import import_bitsandbytes
 from course_utils.models import QWEN3_CONFIG, QWEN25_CONFIG, load_model, meta_model
 from course_utils.standin import STANDIN_CONFIG
@@ -84,35 +86,38 @@ def test_footprints_reject_bad_bits(bits, error) -> None:
 # A Llama-shaped model by formula
 # --------------------------------------------------------------------------------------------
 def test_formula_matches_the_meta_model() -> None:
-    parts = F.llama_like_parts(576, 30, 49152, mlp_ratio=1536 / 576, kv_fraction=1 / 3)
-    assert sum(parts.values()) == 134_515_008
-    assert parts["embedding table"] == 28_311_552 and parts["lm_head"] == 0
-    assert parts["norms"] == (2 * 30 + 1) * 576 and parts["MLP linears"] == 30 * 3 * 576 * 1536
+    """SmolLM2-135M's widths (its MLP is 1536 = 8/3 x 576 wide, k and v a third of q): the meta model's count."""
+    arch = F.llama_like(576, 30, 49152)
+    assert arch.params == 134_515_008 == F.count_model_parameters(meta_model(STANDIN_CONFIG))
+    assert arch.projection_shapes() == Architecture.from_config(STANDIN_CONFIG).projection_shapes()
     report = F.four_bit_ratio_report(576, 30, 49152)
     assert "41 %" in report and "134,515,008 parameters (135 M)" in report
-    assert F.llama_like_parts(576, 30, 49152, tied=False)["lm_head"] == 28_311_552
+    assert F.llama_like(576, 30, 49152, tied=False).params == 134_515_008 + 28_311_552  # its own lm_head
 
 
 def test_formula_with_widths_that_share_no_head_size() -> None:
     """hidden 640 and k, v 213 wide (a third, rounded): the counts are still exact."""
-    parts = F.llama_like_parts(640, 2, 1000)
-    assert parts["attention linears"] == 2 * (2 * 640 * 640 + 2 * 640 * 213)
-    assert parts["MLP linears"] == 2 * 3 * 640 * round(8 / 3 * 640)
+    arch = F.llama_like(640, 2, 1000)
+    shapes = arch.projection_shapes()
+    assert (shapes["q_proj"], shapes["k_proj"], shapes["o_proj"], shapes["up_proj"]) == (
+        (640, 640),
+        (640, 213),
+        (640, 640),
+        (640, round(8 / 3 * 640)),
+    )
+    assert arch.params == 2 * (2 * 640 * 640 + 2 * 640 * 213 + 3 * 640 * 1707 + 2 * 640) + 640 + 1000 * 640
 
 
-@pytest.mark.parametrize("config, params, kv_fraction, ratio", [
-    (F.LLAMA3_8B, 8_030_261_248, 1 / 4, "35 %"), (F.LLAMA3_70B, 70_553_706_496, 1 / 8, "27 %")])
-def test_llama_3_rows_count_the_real_architectures(config, params, kv_fraction, ratio) -> None:
+@pytest.mark.parametrize(
+    "config, params, ratio", [(F.LLAMA3_8B, 8_030_261_248, "35 %"), (F.LLAMA3_70B, 70_553_706_496, "27 %")]
+)
+def test_llama_3_rows_count_the_real_architectures(config, params, ratio) -> None:
     """Llama 3: 8 key/value heads (a quarter of q's 32 at 8B, an eighth of 64 at 70B), untied, 128,256 tokens."""
     from course_utils.architecture import count_on_meta, count_parameters
 
     assert count_parameters(config) == params == count_on_meta(config)[0]  # arithmetic = transformers on meta
-    shape = dict(hidden_size=config["hidden_size"], num_layers=config["num_hidden_layers"],
-                 vocab_size=config["vocab_size"])
-    parts = F.llama_like_parts(**shape, mlp_ratio=config["intermediate_size"] / config["hidden_size"],
-                               kv_fraction=kv_fraction, tied=False)
-    assert sum(parts.values()) == params and parts["lm_head"] == parts["embedding table"] == 128_256 * shape[
-        "hidden_size"]
+    tensors = {name: n for name, n, _ in Architecture.from_config(config).param_tensors()}
+    assert tensors["lm_head"] == tensors["embed_tokens"] == 128_256 * config["hidden_size"]
     report = F.config_ratio_report(config, "Llama 3")
     assert report.startswith("Llama 3: ") and f"{params:,} parameters" in report and ratio in report
     assert f"{config['num_attention_heads']} query heads sharing 8 key/value heads" in report
@@ -129,14 +134,21 @@ def test_config_report_of_a_shipped_preset_and_bad_input() -> None:
         F.config_ratio_report(STANDIN_CONFIG, "")
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"hidden_size": 32}, ValueError), ({"num_layers": 0}, ValueError), ({"vocab_size": 10}, ValueError),
-    ({"hidden_size": 576.0}, TypeError), ({"mlp_ratio": 20}, ValueError), ({"kv_fraction": 0}, ValueError),
-    ({"tied": 1}, TypeError)])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"hidden_size": 32}, ValueError),
+        ({"num_layers": 0}, ValueError),
+        ({"vocab_size": 10}, ValueError),
+        ({"hidden_size": 576.0}, TypeError),
+        ({"kv_fraction": 0}, ValueError),
+        ({"tied": 1}, TypeError),
+    ],
+)
 def test_formula_bad_input(kwargs, error) -> None:
     args = {"hidden_size": 576, "num_layers": 30, "vocab_size": 49152, **kwargs}
     with pytest.raises(error, match=next(iter(kwargs))):
-        F.llama_like_parts(**args)
+        F.llama_like(**args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,6 +187,7 @@ def test_footprint_chart_and_groups() -> None:
     with pytest.raises(ValueError, match="bytes16"):
         P.footprint_chart([("x", F.footprint_parts(smol, 4), 0)])
     import matplotlib.pyplot as plt
+
     plt.close("all")
 
 
@@ -190,10 +203,20 @@ def test_the_widgets_report() -> None:
 #: Qwen's Qwen2.5-7B (Qwen/Qwen2.5-7B), the fields of its ``config.json`` that decide its size: 28 query heads
 #: share 4 key/value heads of 128, q/k/v carry biases (qwen2), and the lm_head is a separate (untied) table.
 QWEN25_7B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-    "tie_word_embeddings": False, "max_position_embeddings": 131072, "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -205,8 +228,6 @@ def _nf4_scale_bytes(n_weights: int, double_quant: bool = True) -> float:
 
 def test_a_real_7b_in_4_bits_is_about_one_and_a_half_times_the_half_byte_floor() -> None:
     """notebook 04 writes these sums by hand from the config's numbers; the meta-device model must agree."""
-    from course_utils.architecture import Architecture
-
     parts = F.footprint_parts(meta_model(QWEN25_7B), 16)
     params = sum(p.params for p in parts if p.name != "buffers")
     quantized = sum(p.params for p in F.footprint_parts(meta_model(QWEN25_7B), 4) if p.quantized)
@@ -242,8 +263,9 @@ def test_scales_are_counted_as_loaded_with_the_cpu_repack_forced_on_and_off(nest
     functional = pytest.importorskip("bitsandbytes.functional")
     if not hasattr(functional, "_convert_weight_packed_for_cpu"):
         pytest.skip("this bitsandbytes never repacks for a CPU")
-    layer = bnb.nn.Linear4bit(256, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4",
-                              compress_statistics=nested)
+    layer = bnb.nn.Linear4bit(
+        256, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4", compress_statistics=nested
+    )
     layer.load_state_dict({"weight": torch.randn(64, 256, generator=torch.Generator().manual_seed(0))})
     model = torch.nn.Sequential(layer.to("cpu")).eval()
     loaded = F.measured_scale_bytes(model)

@@ -5,7 +5,10 @@ functions answer like that device and nothing is computed on it. A test follows 
 CUDA allocation, where this CPU build of torch raises, and asserts the decisions taken before it: device,
 16-bit dtype, loss scaling, matrix sizes, what the memory reading measures, which DDP backend.
 """
+
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,9 +31,8 @@ EXPECTED = {
     "MPS": ("cpu", torch.bfloat16, False),
 }
 
-#: The exception this CPU build of torch raises at the first CUDA allocation.
-CUDA_ALLOCATION = (AssertionError, RuntimeError)
-NOT_COMPILED = "CUDA"
+#: What this CPU build of torch raises (an AssertionError) at the first CUDA allocation.
+NOT_COMPILED = "Torch not compiled with CUDA enabled"
 
 
 # ------------------------------------------------------------------------------------ precision
@@ -47,13 +49,19 @@ def test_the_training_loops_decisions(any_device: Profile) -> None:
 
 
 def test_training_loop_stops_at_the_first_allocation(cuda_device: Profile) -> None:
-    with pytest.raises(CUDA_ALLOCATION, match=NOT_COMPILED):
+    with pytest.raises(AssertionError, match=NOT_COMPILED):
         precision.train_mixed_precision(steps=2)  # model.to("cuda") is its first allocation
 
 
 def test_training_arguments_follow_the_capability(any_device: Profile) -> None:
-    expected = {"T4": {"fp16": True}, "L4": {"bf16": True}, "A100": {"bf16": True}, "H100": {"bf16": True},
-                "CPU": {"bf16": True, "use_cpu": True}, "MPS": {"bf16": True, "use_cpu": True}}
+    expected = {
+        "T4": {"fp16": True},
+        "L4": {"bf16": True},
+        "A100": {"bf16": True},
+        "H100": {"bf16": True},
+        "CPU": {"bf16": True, "use_cpu": True},
+        "MPS": {"bf16": True, "use_cpu": True},
+    }
     assert precision.training_arguments_kwargs() == expected[any_device.key]
     # the library settings the notebook prints for the lesson's dtype
     settings = precision.library_settings(hardware.autocast_dtype())
@@ -66,15 +74,15 @@ def test_matmul_timing_decisions(any_device: Profile) -> None:
     dtype = hardware.autocast_dtype(device)
     cuda = any_device.is_cuda
     size = 4096 if cuda else 2048  # a large multiply on each
-    assert precision._timing_case(size, dtype, device)[3] is None  # the lesson's dtype is always timed
+    assert not precision._timing_case(size, dtype, device)[3]  # no refusal: the lesson's dtype is always timed
     refusal = precision._timing_case(size, "float16", device)[3]
-    assert (refusal is None) is cuda  # float16 is timed on a GPU, never at a large side on a CPU
+    assert (not refusal) is cuda  # float16 is timed on a GPU, never at a large side on a CPU
     assert precision_widgets.matmul_sizes(device)[-1] == (8192 if cuda else precision.MAX_CPU_WIDGET_SIZE)
     assert precision_widgets.dtype_name_16(device) == precision.dtype_name(dtype)
     if cuda:
-        with pytest.raises(CUDA_ALLOCATION, match=NOT_COMPILED):
+        with pytest.raises(AssertionError, match=NOT_COMPILED):
             precision.time_matmul(256, dtype, device)
-        with pytest.raises(CUDA_ALLOCATION, match=NOT_COMPILED):
+        with pytest.raises(AssertionError, match=NOT_COMPILED):
             precision.matmul_report(256, dtype, device)
 
 
@@ -105,20 +113,20 @@ def test_activation_memory_method(any_device: Profile) -> None:
 
 
 def test_sweep_stops_at_the_first_allocation(cuda_device: Profile) -> None:
-    with pytest.raises(CUDA_ALLOCATION, match=NOT_COMPILED):
+    with pytest.raises(AssertionError, match=NOT_COMPILED):
         acc.sweep_micro_batches(sizes=(16, 64))  # the default device is the GPU: model.to("cuda") raises
 
 
-def test_cuda_reading_is_proportional_to_the_micro_batch(cuda_device: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA path, with the allocator's counter simulated by the bytes the graph holds.
+def cuda_readings(monkeypatch: pytest.MonkeyPatch, forward_workspace: int = 0) -> list[SimpleNamespace]:
+    """activation_memory's CUDA reading at micro-batches 1, 8 and 64 of a small MLP, on a simulated allocator.
 
-    ``memory_allocated`` answers with a counter that grows by the bytes of every new tensor saved for backward
-    (tracked with saved_tensors_hooks; views of the weights allocate nothing). Read before and after the forward
-    pass, as activation_memory does, the difference is proportional to the micro-batch; a fixed weight-gradient
-    temporary, which a forward+backward peak would include, would break that.
+    The simulated ``memory_allocated`` counter grows as CUDA's would: by the bytes of every new tensor the forward
+    pass saves for backward (views of the weights allocate nothing), by ``forward_workspace`` bytes at every forward
+    pass, and during backward by one temporary the size of each weight (the weight gradients' temporaries, the same
+    whatever the micro-batch).
     """
     model = make_mlp(**{**acc.SWEEP_MLP, "hidden": 32, "depth": 2})
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}  # views of weights allocate nothing
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     counter = {"total": 0, "seen": set()}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -128,25 +136,45 @@ def test_cuda_reading_is_proportional_to_the_micro_batch(cuda_device: Profile, m
             counter["total"] += t.untyped_storage().nbytes()
         return t
 
-    def memory_allocated(device: object = None) -> int:  # grows with every tensor saved for backward
+    def grow(nbytes: int) -> None:
+        counter["total"] += nbytes
+
+    def memory_allocated(device: object = None) -> int:
         counter["seen"] = set()
         return counter["total"]
 
-    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-    hooks.__enter__()
-    try:
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-        monkeypatch.setattr(torch.cuda, "memory_allocated", memory_allocated)
-        monkeypatch.setattr(acc, "memory_method", lambda device=None: "cuda")
-        x, y = acc.regression_batch(64)
-        rows = []
+    for p in model.parameters():
+        p.register_hook(lambda grad, n=p.nbytes: grow(n))
+    model.register_forward_pre_hook(lambda module, args: grow(forward_workspace))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", memory_allocated)
+    monkeypatch.setattr(acc, "memory_method", lambda device=None: "cuda")
+    x, y = acc.regression_batch(64)
+    rows = []
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for size in (1, 8, 64):
             nbytes, what = acc.activation_memory(model, x, y, size)
-            rows.append(acc.MicroBatchRow(size, 64 // size, True, 0.0, nbytes, 0.0, what))
-    finally:
-        hooks.__exit__(None, None, None)
-    assert all(r.memory_what == acc.MEMORY_METHODS["cuda"] for r in rows)
+            assert what == acc.MEMORY_METHODS["cuda"]
+            rows.append(SimpleNamespace(micro_batch_size=size, activation_bytes=nbytes))
+    return rows
+
+
+def test_cuda_reading_leaves_out_the_backward_temporaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read between forward and backward, the CUDA reading is the saved activations: proportional to the micro-batch.
+    Read after backward, each reading would also hold the weight-sized temporaries, and fail the proportion check."""
+    rows = cuda_readings(monkeypatch)
     assert acc.proportion_check(rows).holds
+    temporaries = sum(p.nbytes for p in make_mlp(**{**acc.SWEEP_MLP, "hidden": 32, "depth": 2}).parameters())
+    after_backward = [
+        SimpleNamespace(micro_batch_size=r.micro_batch_size, activation_bytes=r.activation_bytes + temporaries)
+        for r in rows
+    ]
+    assert not acc.proportion_check(after_backward).holds
+
+
+def test_a_fixed_part_in_the_reading_fails_the_proportion_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A counter that is not proportional to the micro-batch (a fixed workspace at every forward pass) fails it."""
+    assert not acc.proportion_check(cuda_readings(monkeypatch, forward_workspace=64 * 1024)).holds
 
 
 # ------------------------------------------------------------------------------------ ddp

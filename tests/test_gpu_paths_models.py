@@ -1,14 +1,15 @@
-"""course_utils.models, hub, standin, lora and unsloth on simulated devices: every device-dependent decision.
+"""course_utils.models, hub, standin and lora on simulated devices: every device-dependent decision.
 
 ``simulate(monkeypatch, key)`` (tests/gpu_sim.py) makes ``torch.cuda`` *answer* like a T4, L4, A100 or H100
 (or like a machine without CUDA). This CPU build of torch raises at the first CUDA allocation, so these tests
-check decisions (dtype, device_map, quantization config, gradient checkpointing, loss scaling, Unsloth),
+check decisions (dtype, device_map, quantization config, gradient checkpointing, loss scaling),
 never results. ``from_pretrained`` is replaced by a spy that records its arguments instead of loading.
 
 The rule under test: 16-bit means float16 on a T4 (compute capability 7.5: bfloat16 only by emulation, even
 though ``torch.cuda.is_bf16_supported()`` says True there), bfloat16 from compute capability 8.0 on, and
 bfloat16 on a CPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,12 +18,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_utils import hub, lora, packaged, standin, unsloth
+from course_utils import hub, lora, packaged, standin
 from course_utils import models as M
 from course_utils.architecture import PROJECTIONS
 from course_utils.hardware import autocast_dtype, needs_loss_scaling
 from course_utils.quiet import import_bitsandbytes
 from gpu_sim import CUDA_PROFILES, PROFILES, simulate
+import tiny_models
 
 # Import bitsandbytes now, on the real (CPU) machine: imported under a simulated GPU, it would look for its
 # CUDA library, which this machine does not have. On a real GPU machine it loads its CUDA build.
@@ -30,13 +32,16 @@ BNB = import_bitsandbytes()
 needs_bnb = pytest.mark.skipif(BNB is None, reason="bitsandbytes is not installed (8 and 4 bits need it)")
 
 #: The 16-bit dtype each profile must get (CPU: bfloat16, CPU autocast's 16-bit type).
-EXPECTED_DTYPE = {"T4": torch.float16, "L4": torch.bfloat16, "A100": torch.bfloat16, "H100": torch.bfloat16,
-                  "CPU": torch.bfloat16}
+EXPECTED_DTYPE = {
+    "T4": torch.float16,
+    "L4": torch.bfloat16,
+    "A100": torch.bfloat16,
+    "H100": torch.bfloat16,
+    "CPU": torch.bfloat16,
+}
 DEVICES = tuple(EXPECTED_DTYPE)  # the four GPUs and a machine without CUDA
 
-TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": True,
-        "max_position_embeddings": 128, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+TINY = tiny_models.TINY
 
 
 @pytest.fixture(params=DEVICES)
@@ -162,13 +167,6 @@ def test_an_explicit_cpu_device_wins_on_a_gpu_machine(device, spy_from_pretraine
     (call,) = spy_from_pretrained
     assert call["device_map"] == "cpu" and call["dtype"] == torch.bfloat16
     assert call["quantization_config"].bnb_4bit_compute_dtype == torch.bfloat16
-
-
-def test_old_transformers_get_torch_dtype(device, spy_from_pretrained, monkeypatch) -> None:
-    monkeypatch.setattr(M, "transformers_version", lambda: (4, 55))
-    M.load_model(hub.REAL_MODEL, 16)
-    (call,) = spy_from_pretrained
-    assert call["torch_dtype"] == EXPECTED_DTYPE[device] and "dtype" not in call
 
 
 def test_load_model_rejects_a_bad_device(device, spy_from_pretrained) -> None:
@@ -306,32 +304,9 @@ def test_training_loop_loss_scaling_flag(device) -> None:
     assert needs_loss_scaling(autocast_dtype(dev)) is (device == "T4")
 
 
-# --------------------------------------------------------------------------------------------
-# Unsloth: only where it is installed, with a GPU and the Hub; never pip-installed from the kernel
-# --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("installed", [True, False])
-@pytest.mark.parametrize("colab", [True, False])
-def test_unsloth_plan_per_device(device, monkeypatch, installed, colab) -> None:
-    monkeypatch.setattr(unsloth, "unsloth_importable", lambda: installed)
-    monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
-    real = hub.ModelChoice(hub.REAL_MODEL, False, "the Hub is reachable")
-    fallback = hub.ModelChoice("/standin", True, "the Hub did not answer")
-    copy = hub.ModelChoice("/packaged", False, "the Hub did not answer", "packaged")
-    plan = unsloth.unsloth_plan(real)
-    assert plan.run is (device != "CPU" and installed)
-    assert not unsloth.unsloth_plan(fallback).run and not unsloth.unsloth_plan(copy).run
-    text = plan.message()
-    if plan.run:
-        assert plan.command is None
-    else:
-        assert "pip install unsloth" in text and "peft cells above did the same job" in text
-        assert ("Colab" in text) is colab
-        if device == "CPU":
-            assert "CUDA GPU" in text
-
-
 def test_offline_the_packaged_copy_is_chosen_on_every_device(device, offline_env, monkeypatch, tmp_path) -> None:
     """No Hub, the packaged copy installed: its converted folder, never the stand-in, whatever the device."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("the stand-in was built although the packaged copy is there")
 
@@ -394,15 +369,18 @@ def test_notebook_01b_loads_everything_on_the_one_gpu(monkeypatch, offline_env, 
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda name, **kwargs: SimpleNamespace(name=name))
-    monkeypatch.setattr(footprint, "measured_scale_bytes",  # the stubs store no scales: plain 4, nested 1
-                        lambda model: 1 if model.kwargs["quantization_config"].bnb_4bit_use_double_quant else 4)
+    monkeypatch.setattr(
+        footprint,
+        "measured_scale_bytes",  # the stubs store no scales: plain 4, nested 1
+        lambda model: 1 if model.kwargs["quantization_config"].bnb_4bit_use_double_quant else 4,
+    )
     cells = build_notebooks.parse_source((root / "notebooks" / "src" / "01b_real_models_qlora.py").read_text())
     skip = ("setup_report()", "four_bit_ratio_panel", "generate(", "answers.values()")  # no widgets, no text
     code = [c.source for c in cells if c.cell_type == "code" and not any(word in c.source for word in skip)]
     last = next(i for i, source in enumerate(code) if "bnb_4bit_use_double_quant=True" in source)
     namespace: dict = {}
     with contextlib.redirect_stdout(None):
-        for source in code[:last + 1]:
+        for source in code[: last + 1]:
             exec(compile(source, "01b", "exec"), namespace)  # the notebook's own cells, in order
     expected = EXPECTED_DTYPE[key]
     assert namespace["device"].type == "cuda" and namespace["dtype"] == expected

@@ -1,4 +1,5 @@
 """course_utils.hardware: device, bf16 detection, datasheets and peak memory, without needing a GPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,13 +13,16 @@ def test_pick_device_is_cpu_without_cuda(monkeypatch: pytest.MonkeyPatch) -> Non
     assert hardware.pick_device() == torch.device("cpu")
 
 
-@pytest.mark.parametrize("capability, native, dtype", [
-    ((7, 5), False, torch.float16),   # T4: bf16 only through emulation
-    ((7, 0), False, torch.float16),   # V100
-    ((8, 0), True, torch.bfloat16),   # A100
-    ((8, 9), True, torch.bfloat16),   # L4
-    ((9, 0), True, torch.bfloat16),   # H100, H200
-])
+@pytest.mark.parametrize(
+    "capability, native, dtype",
+    [
+        ((7, 5), False, torch.float16),  # T4: bf16 only through emulation
+        ((7, 0), False, torch.float16),  # V100
+        ((8, 0), True, torch.bfloat16),  # A100
+        ((8, 9), True, torch.bfloat16),  # L4
+        ((9, 0), True, torch.bfloat16),  # H100, H200
+    ],
+)
 def test_bf16_native_follows_compute_capability(monkeypatch: pytest.MonkeyPatch, capability, native, dtype) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
@@ -26,7 +30,7 @@ def test_bf16_native_follows_compute_capability(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     assert hardware.bf16_native("cuda") is native
     assert hardware.autocast_dtype("cuda") == dtype
-    assert hardware.needs_loss_scaling(dtype) is (dtype == torch.float16)
+    assert hardware.needs_loss_scaling(dtype) is not native  # without native bfloat16: float16 and loss scaling
 
 
 def test_cpu_autocasts_to_bf16_and_is_not_native_gpu_bf16() -> None:
@@ -34,10 +38,16 @@ def test_cpu_autocasts_to_bf16_and_is_not_native_gpu_bf16() -> None:
     assert hardware.bf16_native("cpu") is False
 
 
-@pytest.mark.parametrize("name, key", [
-    ("Tesla T4", "T4"), ("NVIDIA L4", "L4"), ("NVIDIA A100-SXM4-80GB", "A100"),
-    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("Tesla T4", "T4"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
+    ],
+)
 def test_datasheet_lookup(name: str, key: str) -> None:
     assert hardware.datasheet_for(name) == hardware.DATASHEETS[key]
 

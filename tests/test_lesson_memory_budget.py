@@ -1,4 +1,5 @@
 """Notebook 04's auto-checked exercises: the right answer, the placeholder, and the typical slips with their hints."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,70 +8,94 @@ from course_utils import memory as mem
 from course_utils.lessons import memory_budget as ex
 
 
-def test_three_ways_expected_values_are_the_bytes_rule() -> None:
-    n = 3e9
-    adapter = n * 460_800 / 134_515_008  # the lesson's 0.34 % share, rank 8
-    assert ex.training_gb("full") == pytest.approx(16 * n / 1e9)
-    assert ex.training_gb("lora") == pytest.approx((4 * n + 12 * adapter) / 1e9)
-    assert ex.training_gb("qlora") == pytest.approx((0.5 * n + 12 * adapter) / 1e9)
+def bytes_per_parameter(base_bits, trained):
+    """The notebook's worked solution, as written there."""
+    if trained:
+        return 4 + 4 + 4 + 4  # float32: the number, its gradient, AdamW's two averages
+    return base_bits / 8  # a frozen weight: itself only, 8 bits a byte
 
 
-def test_check_three_ways_right_answers() -> None:
-    fb = ex.check_three_ways(48, 12.12, 1.62)
-    assert fb and fb.answered and str(fb).startswith("Right:")
-    assert ex.check_three_ways(48.0, 12.1, 1.6)  # rounded to what the notebook prints is fine
-    assert ex.check_three_ways(ex.training_gb("full"), ex.training_gb("lora"), ex.training_gb("qlora"))
+def test_bytes_cases_are_the_estimators_figures() -> None:
+    """The worked solution's bytes are memory.py's: 16 per parameter in full fine-tuning; a LoRA method's estimate
+    is its frozen base at these bytes plus 12 per adapter number (the adapter's own 4 bytes left out there)."""
+    n = mem.SMOLLM2_PARAMS
+    assert [m for _, _, m, _ in ex.BYTES_CASES] == ["full", "lora", "lora-bf16", "qlora", "lora-bf16", "qlora"]
+    assert mem.estimate(n, "full").gb * 1e9 == pytest.approx(n * bytes_per_parameter(32, True))
+    for bits, trained, method, _ in ex.BYTES_CASES:
+        if not trained:
+            est = mem.estimate(n, method)
+            assert est.gb * 1e9 == pytest.approx(n * bytes_per_parameter(bits, False) + 12 * est.trained)
+        assert mem.METHODS[method].trained_bytes * 4 == bytes_per_parameter(bits, True) == 16
 
 
-def test_check_three_ways_placeholders() -> None:
-    fb = ex.check_three_ways(..., ..., ...)
+def test_check_bytes_per_parameter_passes_the_worked_solution_and_other_correct_forms() -> None:
+    import numpy as np
+    import torch
+
+    fb = ex.check_bytes_per_parameter(bytes_per_parameter)
+    assert fb and str(fb).startswith("Right: bytes_per_parameter gives each method's bytes on all 6 cases")
+    others = [
+        lambda bits, trained: 16.0 if trained else bits * 0.125,
+        lambda bits, trained: torch.tensor(16) if trained else torch.tensor([bits / 8]),  # one-value tensors
+        lambda bits, trained: np.float32(4 * 4 if trained else bits / 8),
+        lambda bits, trained: (32 + 32 + 32 + 32) / 8 if trained else bits / 8,
+    ]
+    for fn in others:
+        assert ex.check_bytes_per_parameter(fn), fn
+
+
+def test_check_bytes_per_parameter_stub_says_not_answered() -> None:
+    def stub(base_bits, trained):
+        raise NotImplementedError  # your code here
+
+    fb = ex.check_bytes_per_parameter(stub)
     assert not fb and not fb.answered
-    assert str(fb) == ("Not answered yet: replace the ... in full_gb, lora_gb and qlora_gb with numbers of GB, "
-                       "then run this cell again.")
-    partial = ex.check_three_ways(48, None, ...)
-    assert not partial and not partial.answered and "full_gb is right" in partial.message
-    assert "lora_gb" in partial.message
+    assert str(fb) == (
+        "Not answered yet: replace the `raise NotImplementedError` line in bytes_per_parameter with "
+        "your code, then run this cell again."
+    )
+    assert not ex.check_bytes_per_parameter(...).answered
+    assert not ex.check_bytes_per_parameter(lambda bits, trained: None).answered
 
 
-@pytest.mark.parametrize("answers,name,hint", [
-    ((36, 12.12, 1.62), "full_gb", "one of the four numbers is missing"),        # forgot gradients (or one state)
-    ((24, 12.12, 1.62), "full_gb", "AdamW keeps two running averages"),          # forgot Adam's two states
-    ((12, 12.12, 1.62), "full_gb", "weights alone"),
-    ((44.7, 12.12, 1.62), "full_gb", "GiB"),
-    ((48e9, 12.12, 1.62), "full_gb", "bytes"),
-    ((48, 12.0, 1.62), "lora_gb", "frozen weights alone"),                       # forgot the adapter
-    ((48, 36.0, 1.62), "lora_gb", "AdamW's states for the whole model"),         # adapter's optimizer on everything
-    ((48, 48.0, 1.62), "lora_gb", "every weight a gradient"),
-    ((48, 0.123, 1.62), "lora_gb", "adapter alone"),
-    ((48, 1.62, 1.62), "lora_gb", "4 bits"),
-    ((48, 12.12, 37.5), "qlora_gb", "every weight a gradient"),
-    ((48, 12.12, 25.5), "qlora_gb", "AdamW's states for the whole model"),
-    ((48, 12.12, 1.5), "qlora_gb", "frozen weights alone"),
-    ((48, 12.12, 1.541), "qlora_gb", "AdamW's two states for the adapter"),
-    ((48, 12.12, 1.582), "qlora_gb", "adapter's gradients"),
-    ((48, 12.12, 12.12), "qlora_gb", "float32"),
-    ((48, 12.12, 6.12), "qlora_gb", "bfloat16"),
-])
-def test_check_three_ways_typical_slips(answers: tuple, name: str, hint: str) -> None:
-    fb = ex.check_three_ways(*answers)
+@pytest.mark.parametrize(
+    "slip,case,hint",
+    [
+        (lambda b, t: 4 + 4 + 4 if t else b / 8, "(32, True) = 12", "Forgot the gradient, or counted one average?"),
+        (lambda b, t: 4 + 4 if t else b / 8, "(32, True) = 8", "AdamW's two running averages are missing"),
+        (lambda b, t: b / 8, "(32, True) = 4", "That is the number alone"),
+        (lambda b, t: b / 8 + 12 if t else b / 8, "(16, True) = 14", "The method keeps it in float32"),
+        (
+            lambda b, t: 4 * b / 8 if t else b / 8,
+            "(16, True) = 8",
+            "All four numbers in 16 bits? Only the frozen base is",
+        ),
+        (lambda b, t: b / 8 + 12 if t else b / 8, "(16, True) = 14", "the copy the optimizer updates"),
+        (lambda b, t: 16 if t else b / 8 + 8, "(32, False) = 12", "AdamW's states for a frozen weight"),
+        (lambda b, t: 16 if t else b / 8 + 4, "(32, False) = 8", "You gave the frozen weight a gradient:"),
+        (lambda b, t: 16, "(32, False) = 16", "two averages: only trained numbers get them"),
+        (lambda b, t: 16 if t else 4, "(16, False) = 4", "That stores the frozen weight in float32"),
+        (lambda b, t: 16 if t else b / 8 + 12, "(32, False) = 16", "You gave the frozen weight a gradient and AdamW's"),
+        (lambda b, t: 128 if t else b, "(32, True) = 128", "That is in bits (4 numbers x 32 bits)"),
+        (lambda b, t: 16 if t else b, "(32, False) = 32", "That is in bits: divide by 8"),
+        (lambda b, t: 16 if t else b // 8, "(4, False) = 0", "integer division drops the half byte"),
+    ],
+)
+def test_check_bytes_per_parameter_names_each_slip(slip, case: str, hint: str) -> None:
+    fb = ex.check_bytes_per_parameter(slip)
     assert not fb and fb.answered
-    assert name in fb.message and hint in fb.hint, fb
+    assert f"bytes_per_parameter{case} is a common slip" in fb.message and hint in fb.hint, fb
 
 
-def test_check_three_ways_other_wrong_answers() -> None:
-    fb = ex.check_three_ways(100, 12.12, 1.62)
-    assert not fb and fb.hint.startswith("Full fine-tuning: 16 bytes per parameter")
-    assert "finite number" in ex.check_three_ways("48", 12.12, 1.62).message
-    assert "finite number" in ex.check_three_ways(True, 12.12, 1.62).message
-
-
-def test_the_right_answer_is_never_taken_for_a_slip() -> None:
-    """Within its tolerance, an answer is right even where a slip lies close to it (check_number tries it first)."""
-    names = {"full": "full_gb", "lora": "lora_gb", "qlora": "qlora_gb"}
-    for method, name in names.items():
-        for factor in (1 - ex.REL_TOL[method] / 2, 1, 1 + ex.REL_TOL[method] / 2):
-            answers = {n: ex.training_gb(m) for m, n in names.items()} | {name: ex.training_gb(method) * factor}
-            assert ex.check_three_ways(**answers), (method, factor)
+def test_check_bytes_per_parameter_other_wrong_answers() -> None:
+    fb = ex.check_bytes_per_parameter(lambda b, t: 16 if t else b / 8 + 1)  # no slip the checker knows
+    assert not fb and fb.hint.startswith("A trained number: 4 + 4 + 4 + 4 bytes, all float32")
+    assert "for a frozen weight of LoRA's float32 base" in fb.message
+    assert "should be a finite number" in ex.check_bytes_per_parameter(lambda b, t: "16").message
+    assert "should be a finite number" in ex.check_bytes_per_parameter(lambda b, t: True).message
+    assert "raised ZeroDivisionError" in ex.check_bytes_per_parameter(lambda b, t: 1 / 0).message
+    right_but_qlora_adapter = ex.check_bytes_per_parameter(lambda b, t: (17 if b == 4 else 16) if t else b / 8)
+    assert not right_but_qlora_adapter and "an adapter number of QLoRA" in right_but_qlora_adapter.message
 
 
 def test_best_methods_come_from_the_estimator() -> None:
@@ -89,14 +114,17 @@ def test_check_best_methods_right_and_placeholder() -> None:
     assert not ex.check_best_methods("lora-bf16", ...).answered
 
 
-@pytest.mark.parametrize("answers,hint", [
-    (("lora", "none"), "over its 70 % line (5.6 GB)"),              # 6.87 GB fits 8 GB, not its 70 % line
-    (("full", "none"), "more than the whole 8 GB"),
-    (("qlora", "none"), "fits too (3.47 GB)"),                      # fits, but not the first that does
-    (("none", "none"), "within the 70 % line of 8 GB (5.6 GB)"),
-    (("lora-bf16", "qlora"), "over its 70 % line (33.6 GB)"),       # 37.88 GB under 48 GB, over 33.6 GB
-    (("lora-bf16", "lora-bf16"), "more than the whole 48 GB"),
-])
+@pytest.mark.parametrize(
+    "answers,hint",
+    [
+        (("lora", "none"), "over its 70 % line (5.6 GB)"),  # 6.87 GB fits 8 GB, not its 70 % line
+        (("full", "none"), "more than the whole 8 GB"),
+        (("qlora", "none"), "fits too (3.47 GB)"),  # fits, but not the first that does
+        (("none", "none"), "within the 70 % line of 8 GB (5.6 GB)"),
+        (("lora-bf16", "qlora"), "over its 70 % line (33.6 GB)"),  # 37.88 GB under 48 GB, over 33.6 GB
+        (("lora-bf16", "lora-bf16"), "more than the whole 48 GB"),
+    ],
+)
 def test_check_best_methods_hints(answers: tuple, hint: str) -> None:
     fb = ex.check_best_methods(*answers)
     assert not fb and fb.answered and hint in fb.hint, fb
@@ -114,9 +142,16 @@ def test_check_best_methods_unknown_option() -> None:
 def _peak_parts() -> list[tuple[str, float]]:
     from types import SimpleNamespace
 
-    return mem.account_for_peak(SimpleNamespace(peak_bytes=1.9e9, baseline_bytes=0.45e9, weights_bytes=0.54e9,
-                                                grads_bytes=1.8e6, optimizer_bytes=3.7e6,
-                                                saved_activations_bytes=0.6e9))
+    return mem.account_for_peak(
+        SimpleNamespace(
+            peak_bytes=1.9e9,
+            baseline_bytes=0.45e9,
+            weights_bytes=0.54e9,
+            grads_bytes=1.8e6,
+            optimizer_bytes=3.7e6,
+            saved_activations_bytes=0.6e9,
+        )
+    )
 
 
 def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
@@ -176,7 +211,8 @@ def test_planner_answers_and_draws() -> None:
     custom = ex.plan(ex.CUSTOM, 3.2, "full", 8, 80)
     assert custom.estimate.gb == pytest.approx(51.2) and ": fits (" in custom.text and "a 3.2B model" in custom.text
     assert ex.plan("a 7B model", 1.0, "qlora", 16, 8).estimate.trained == pytest.approx(
-        2 * mem.assumed_adapter_params(7e9))
+        2 * mem.assumed_adapter_params(7e9)
+    )
     text, fig = ex.planner_view("a 70B model", 1.0, "qlora", 8, 80)
     assert text == ex.plan("a 70B model", 1.0, "qlora", 8, 80).text
     ax = fig.axes[0]
@@ -186,16 +222,19 @@ def test_planner_answers_and_draws() -> None:
     plt.close(fig)
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"model": "GPT-9"}, ValueError, "model must be one of"),
-    ({"method": "dpo"}, ValueError, "method"),
-    ({"lora_rank": 0}, ValueError, "lora_rank"),
-    ({"lora_rank": 2.0}, TypeError, "lora_rank"),
-    ({"budget_gb": 0}, ValueError, "budget_gb"),
-    ({"budget_gb": float("nan")}, ValueError, "budget_gb"),
-    ({"model": "custom size (billions of parameters)", "billions": -1.0}, ValueError, "billions"),
-    ({"billions": "7"}, TypeError, "billions"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"model": "GPT-9"}, ValueError, "model must be one of"),
+        ({"method": "dpo"}, ValueError, "method"),
+        ({"lora_rank": 0}, ValueError, "lora_rank"),
+        ({"lora_rank": 2.0}, TypeError, "lora_rank"),
+        ({"budget_gb": 0}, ValueError, "budget_gb"),
+        ({"budget_gb": float("nan")}, ValueError, "budget_gb"),
+        ({"model": "custom size (billions of parameters)", "billions": -1.0}, ValueError, "billions"),
+        ({"billions": "7"}, TypeError, "billions"),
+    ],
+)
 def test_planner_rejects_bad_input(kwargs, error, match) -> None:
     args = {"model": "a 7B model", "billions": 7.0, "method": "lora", "lora_rank": 8, "budget_gb": 16.0} | kwargs
     with pytest.raises(error, match=match):
@@ -236,9 +275,11 @@ def test_step_planner_answers_against_each_gpu_and_draws_five_parts() -> None:
     categories = list(ex.step_plan("smollm2-135m").estimate.categories())
     assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()][-5:] == categories
     assert sum(patch.get_height() for patch in ax.patches) == pytest.approx(
-        ex.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb)
-    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx([15.328, 23.5, 39.5, 79.5],
-                                                                                   abs=1e-3)  # usable memory
+        ex.step_plan("smollm2-135m", "full", 4, 512, True, "adamw8bit").estimate.peak_gb
+    )
+    assert sorted(line.get_ydata()[0] for line in ax.get_lines()) == pytest.approx(
+        [15.328, 23.5, 39.5, 79.5], abs=1e-3
+    )  # usable memory
     plt.close(fig)
     bf16 = ex.step_plan("smollm2-135m", "full-bf16", 8, 128)
     assert bf16.text.startswith("smollm2-135m, full fine-tuning (bfloat16), batch 8 x 128 tokens, AdamW: predicted")
@@ -264,9 +305,14 @@ def test_step_planner_says_fits_up_to_90_percent_of_usable_then_tight(monkeypatc
     plt.close(fig)
 
 
-@pytest.mark.parametrize("kwargs,error,match", [({"method": "dpo"}, ValueError, "method"),
-                                                ({"batch": 0}, ValueError, "batch"),
-                                                ({"checkpointing": 1}, TypeError, "checkpointing")])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"method": "dpo"}, ValueError, "method"),
+        ({"batch": 0}, ValueError, "batch"),
+        ({"checkpointing": 1}, TypeError, "checkpointing"),
+    ],
+)
 def test_step_planner_rejects_bad_input(kwargs, error, match) -> None:
     with pytest.raises(error, match=match):
         ex.step_plan(**kwargs)
@@ -284,3 +330,24 @@ def test_step_planner_widget_redraws_when_a_control_moves(capsys) -> None:
     box.children[1].children[3].value = True  # gradient checkpointing
     assert "gradient checkpointing" in capsys.readouterr().out
     plt.close("all")
+
+
+def test_a_whole_process_timeline_and_predicted_points_placed_in_measured_time() -> None:
+    import matplotlib.pyplot as plt
+
+    from course_utils import step_memory, timeline
+
+    est = step_memory.estimate_step("smollm2-135m", method="lora", batch=2, seq=64, device="cpu")
+    predicted = timeline.predicted_timeline(est)
+    fig = ex.timeline_chart(predicted, whole_process=True, measured_peak_bytes=2 * 10**9)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == "framework" and labels[-2:] == ["predicted total", "measured peak"]
+    assert ax.get_ylabel() == "GB alive" and [t.get_text() for t in ax.texts] == ["predicted peak: backward"]
+    plt.close(fig)
+    assert "framework" in ex.timeline_text(predicted, whole_process=True).splitlines()[0]
+    assert "framework" not in ex.timeline_text(predicted).splitlines()[0]
+    times = dict(zip(timeline.PHASES, [0.0, 1.0, 2.0, 3.0, 4.0]))  # one measured moment per phase
+    points = [timeline.TimelinePoint(phase, phase, {"weights": 1}) for phase in times]
+    measured = timeline.Timeline(points, "made up", times_s=list(times.values()))
+    assert ex._predicted_x(predicted, measured) == [times[p.phase] for p in predicted.points]

@@ -1,9 +1,11 @@
 """Notebook 05's auto-checked exercises: the right answer, the placeholder, and the typical slips with their hints."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
 from course_utils.architecture import Architecture
 from course_utils.configs import read_config
@@ -25,8 +27,14 @@ def test_check_checkpointed_inputs() -> None:
     assert ex.check_checkpointed_inputs(0.283)
     placeholder = ex.check_checkpointed_inputs(...)
     assert not placeholder and not placeholder.answered and str(placeholder).startswith("Not answered yet")
-    for value, hint in ((0.0708, "4 bytes"), (0.1416, "not 2"), (0.00944, "each of the 30 layers"),
-                        (0.2637, "GiB"), (283_115_520, "bytes"), (6.31, "without")):
+    for value, hint in (
+        (0.0708, "4 bytes"),
+        (0.1416, "not 2"),
+        (0.00944, "each of the 30 layers"),
+        (0.2637, "GiB"),
+        (283_115_520, "bytes"),
+        (6.31, "without"),
+    ):
         fb = ex.check_checkpointed_inputs(value)
         assert not fb and fb.answered and hint in fb.hint, (value, fb)
     assert "batch x tokens x hidden" in ex.check_checkpointed_inputs(0.5).hint
@@ -45,37 +53,220 @@ def test_check_adamw8bit_state() -> None:
     n = SMOL.params
     assert ex.check_adamw8bit_state(0.2734)
     assert not ex.check_adamw8bit_state(None).answered
-    for value, hint in ((2 * n / GB, "block of 256"), (8 * n / GB, "float32"), (n / GB, "two states"),
-                        (4 * n / GB, "not 2"), (6 * n / GB, "saves"), (0.2547, "GiB")):
+    for value, hint in (
+        (2 * n / GB, "block of 256"),
+        (8 * n / GB, "float32"),
+        (n / GB, "two states"),
+        (4 * n / GB, "not 2"),
+        (6 * n / GB, "saves"),
+        (0.2547, "GiB"),
+    ):
         fb = ex.check_adamw8bit_state(value)
         assert not fb and fb.answered and hint in fb.hint, (value, fb)
     assert ex.check_adamw8bit_state(0.5).hint.startswith("Per trained number")
 
 
+def step_peak(step, counter=torch.cuda):
+    """The notebook's worked solution, as written there."""
+    counter.reset_peak_memory_stats()  # 1. forget earlier peaks
+    step()  # 2. train one step
+    return counter.max_memory_allocated()  # 3. the most bytes tensors held since the reset
+
+
+def _replayed_peaks() -> dict[bool, tuple[int, int, int]]:
+    """(before, peak, after) bytes of the replayed miniature step, without and with checkpointing (GPU counter)."""
+    out = {}
+    for checkpointing in (False, True):
+        est = estimate_step(
+            MINI_CASE["config"], method="full", batch=4, seq=256, checkpointing=checkpointing, device="cuda"
+        )
+        before = est.weights_bytes + est.optimizer_bytes
+        out[checkpointing] = (before, est.peak_bytes, before + est.grads_bytes)
+    return out
+
+
+def test_the_replayed_step_makes_every_slip_a_different_number() -> None:
+    """The peak is the step estimate's; each slip reads another number, at least ten times the 0.1 % tolerance away."""
+    for before, peak, after in _replayed_peaks().values():
+        readings = [
+            peak,
+            before + ex.EARLIER_BYTES,
+            before,
+            after,
+            peak - before,
+            peak / 1e9,
+            peak / 2**20,
+            peak / 1e6,
+            peak / 2**30,
+        ]
+        for i, a in enumerate(readings):
+            assert all(not math.isclose(a, b, rel_tol=0.01) for b in readings[i + 1 :]), readings
+
+
+def test_check_step_peak_passes_the_worked_solution_and_other_correct_forms() -> None:
+    fb = ex.check_step_peak(step_peak)
+    peaks = _replayed_peaks()
+    assert fb and str(fb) == (
+        f"Right: step_peak reads the peak of each replayed step: the baseline step, "
+        f"{peaks[False][1]:,} bytes (backward); the step with checkpointing, "
+        f"{peaks[True][1]:,} bytes (optimizer step)."
+    )
+
+    def with_sync(step, counter=torch.cuda):
+        counter.synchronize()
+        counter.reset_peak_memory_stats()
+        step()
+        counter.synchronize()
+        return float(counter.max_memory_allocated())
+
+    def as_tensor(step, counter=torch.cuda):
+        counter.reset_peak_memory_stats()
+        step()
+        return torch.tensor([counter.max_memory_allocated()], dtype=torch.float64)  # a one-value tensor
+
+    def two_steps(step, counter=torch.cuda):  # a second step cannot raise the peak of the same step
+        counter.reset_peak_memory_stats()
+        step()
+        step()
+        return counter.max_memory_allocated()
+
+    for fn in (with_sync, as_tensor, two_steps):
+        assert ex.check_step_peak(fn), fn
+
+
+def test_check_step_peak_stub_says_not_answered() -> None:
+    def stub(step, counter=torch.cuda):
+        raise NotImplementedError  # your code here
+
+    fb = ex.check_step_peak(stub)
+    assert not fb and not fb.answered
+    assert str(fb) == (
+        "Not answered yet: replace the `raise NotImplementedError` line in step_peak with your code, "
+        "then run this cell again."
+    )
+    assert not ex.check_step_peak(...).answered
+
+
+def _no_reset(step, counter):
+    step()
+    return counter.max_memory_allocated()
+
+
+def _read_before(step, counter):
+    counter.reset_peak_memory_stats()
+    peak = counter.max_memory_allocated()
+    step()
+    return peak
+
+
+def _in_use_after(step, counter):
+    counter.reset_peak_memory_stats()
+    step()
+    return counter.memory_allocated()
+
+
+def _reset_after(step, counter):
+    counter.reset_peak_memory_stats()
+    step()
+    counter.reset_peak_memory_stats()
+    return counter.max_memory_allocated()
+
+
+def _above_start(step, counter):
+    counter.reset_peak_memory_stats()
+    start = counter.memory_allocated()
+    step()
+    return counter.max_memory_allocated() - start
+
+
+def _in_unit(size):
+    def fn(step, counter):
+        counter.reset_peak_memory_stats()
+        step()
+        return counter.max_memory_allocated() / size
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "slip,hint",
+    [
+        (_no_reset, "That is an earlier, larger peak"),
+        (_read_before, "That is what the tensors held before the step"),
+        (_in_use_after, "That is the memory in use after the step"),
+        (_reset_after, "That is the memory in use after the step"),
+        (_above_start, "That is the peak above what was in use before the step"),
+        (_in_unit(1e9), "That is in GB:"),
+        (_in_unit(2**30), "That is in GiB:"),
+        (_in_unit(1e6), "That is in MB:"),
+        (_in_unit(2**20), "That is in MiB:"),
+    ],
+)
+def test_check_step_peak_names_each_slip(slip, hint: str) -> None:
+    fb = ex.check_step_peak(slip)
+    assert not fb and fb.answered
+    assert "step_peak on the baseline step = " in fb.message and "is a common slip" in fb.message
+    assert fb.hint.startswith(hint), fb
+
+
+def test_check_step_peak_other_wrong_answers() -> None:
+    def torch_cuda_itself(step, counter=torch.cuda):  # ignores the counter it is given: raises on a CPU
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        return torch.cuda.max_memory_allocated()
+
+    fb = ex.check_step_peak(torch_cuda_itself)
+    assert not fb and fb.answered and "raised" in fb.message and fb.hint.startswith("Call the counter argument's")
+    fb = ex.check_step_peak(lambda step, counter: (step(), 567_000_000)[1])  # a number typed in
+    assert not fb and "never used the counter" in fb.message
+    fb = ex.check_step_peak(lambda step, counter: counter.max_memory_reserved())
+    assert not fb and "max_memory_reserved" in fb.message and "counter.max_memory_allocated()" in fb.hint
+
+    def minus_after(step, counter):
+        counter.reset_peak_memory_stats()
+        step()
+        return counter.max_memory_allocated() - counter.memory_allocated()
+
+    fb = ex.check_step_peak(minus_after)
+    assert not fb and "is not it" in fb.message and fb.hint.startswith("Three lines:")
+    assert "finite number" in ex.check_step_peak(lambda step, counter: str(counter.memory_allocated())).message
+
+    def right_only_without_the_trick(step, counter):  # the checkpointing step catches a number typed in
+        counter.reset_peak_memory_stats()
+        step()
+        return _replayed_peaks()[False][1]
+
+    fb = ex.check_step_peak(right_only_without_the_trick)
+    assert not fb and "on the step with checkpointing" in fb.message
+
+
 def test_kwame_has_one_fitting_choice_and_the_others_do_not_fit() -> None:
     # 24 GB GPU: usable 23.5 GB; fits up to 90 % of it (21.15 GB). No choice is merely "tight".
     verdicts = {k: ex.memory.step_verdict(v, 23.5) for k, v in ex.kwame_estimates_gb().items()}
-    assert verdicts == {"checkpointing": "does not fit", "8-bit AdamW": "does not fit",
-                        "bf16 autocast": "does not fit", "accumulation": "does not fit",
-                        "checkpointing + 8-bit AdamW": "fits"}
+    assert verdicts == {
+        "checkpointing": "does not fit",
+        "8-bit AdamW": "does not fit",
+        "bf16 autocast": "does not fit",
+        "accumulation": "does not fit",
+        "checkpointing + 8-bit AdamW": "fits",
+    }
 
 
 def test_check_kwame_choice() -> None:
     right = ex.check_kwame_choice("Checkpointing + 8-bit AdamW ")  # case and spaces do not matter
     assert right and "1.33x" in str(right) and "% of the usable 23.5 GB" in str(right)
     assert not ex.check_kwame_choice(...).answered
-    for wrong, says in (("checkpointing", "states"), ("8-bit AdamW", "activations"),
-                        ("bf16 autocast", "16-bit copy"), ("accumulation", "gradients stay")):
+    for wrong, says in (
+        ("checkpointing", "states"),
+        ("8-bit AdamW", "activations"),
+        ("bf16 autocast", "16-bit copy"),
+        ("accumulation", "gradients stay"),
+    ):
         fb = ex.check_kwame_choice(wrong)
         assert not fb and fb.answered and "still over the usable 23.5 GB" in fb.hint and says in fb.hint, (wrong, fb)
     other = ex.check_kwame_choice("LoRA")
     assert not other and "not one of the options" in other.message
 
-
-def test_every_checker_has_a_one_line_docstring() -> None:
-    for name in ("check_checkpointed_inputs", "check_adamw8bit_state", "check_kwame_choice"):
-        doc = getattr(ex, name).__doc__
-        assert doc and "\n" not in doc.strip(), name
 
 #: 05's miniature of SmolLM2: 4 of its 30 layers, a vocabulary of 8,192.
 MINI_CASE = {"config": {**read_config("smollm2-135m"), "num_hidden_layers": 4, "vocab_size": 8192}}
@@ -90,10 +281,12 @@ def test_timeline_chart_marks_both_peaks_and_the_text_names_their_phases() -> No
     from course_utils.timeline import Timeline, TimelinePoint, predicted_timeline
 
     predicted = predicted_timeline(estimate_step(MINI_CASE["config"], method="full", batch=4, seq=256))
-    points = [TimelinePoint("start", "before the step", {"weights": 100}),
-              TimelinePoint("fwd", "forward", {"weights": 100, "activations": 300}),
-              TimelinePoint("bwd", "backward", {"weights": 100, "activations": 250, "temporaries": 80}),
-              TimelinePoint("opt", "optimizer step", {"weights": 100, "gradients": 90})]
+    points = [
+        TimelinePoint("start", "before the step", {"weights": 100}),
+        TimelinePoint("fwd", "forward", {"weights": 100, "activations": 300}),
+        TimelinePoint("bwd", "backward", {"weights": 100, "activations": 250, "temporaries": 80}),
+        TimelinePoint("opt", "optimizer step", {"weights": 100, "gradients": 90}),
+    ]
     measured = Timeline(points, "made up", times_s=[0.0, 0.1, 0.2, 0.3])
     fig = ex.timeline_chart(predicted, measured)
     notes = [t.get_text() for t in fig.axes[0].texts]

@@ -3,6 +3,7 @@
 - Charts and widget callbacks of notebook 01, without a browser: content, labels, speed, bad input.
 - Notebook 01's exercise checkers: the right answer passes, the placeholder is "not answered", slips get hints.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,7 +32,8 @@ DOT_CHART_DESCRIPTION = (
     "Two rows of 8 dots on an axis from \u22120.4 to 0.4. The float32 row has the original weights: \u22120.35, "
     "\u22120.22, \u22120.05, 0.02, 0.07, 0.12, 0.18 and 0.31. The 4-bit row has the rounded values: \u22120.35, "
     "\u22120.20, \u22120.05, 0, 0.05, 0.10, 0.20 and 0.30. Every rounded value is a multiple of 0.05, and each dot "
-    "is at most 0.02 from its original.")
+    "is at most 0.02 from its original."
+)
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +57,8 @@ def test_dot_chart_has_two_rows_of_eight() -> None:
     rows = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]  # the dots, not the level lines
     assert len(rows) == 2 and all(len(r) == 8 for r in rows)
     assert sorted(round(float(v), 2) for v in rows[0][:, 0]) == sorted(quant.EIGHT_WEIGHTS)
-    assert sorted(round(float(v), 2) for v in rows[1][:, 0]) == sorted(quant.EIGHT_READ_BACK_4BIT)
+    read_back = [-0.35, -0.2, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3]  # the lesson's 4-bit row (its description)
+    assert sorted(round(float(v), 2) + 0.0 for v in rows[1][:, 0]) == read_back
 
 
 def test_dot_chart_description_is_the_lessons_at_4_bits() -> None:
@@ -95,15 +98,16 @@ def test_eight_numbers_view_rejects_bad_bits() -> None:
 # --------------------------------------------------------------------------------------------
 # Error, size and histograms
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("bits, block_size, symmetric", [(4, 0, True), (4, 64, True), (2, 16, False),
-                                                         (8, 1024, False), (3, None, True)])
+@pytest.mark.parametrize(
+    "bits, block_size, symmetric", [(4, 0, True), (4, 64, True), (2, 16, False), (8, 1024, False), (3, None, True)]
+)
 def test_error_view_reports_error_size_and_draws_histograms(bits, block_size, symmetric) -> None:
     lesson.demo_matrix()  # built once, cached: not part of a redraw
     start = time.perf_counter()
     text, fig = lesson.error_view(bits, block_size, symmetric)
     elapsed = time.perf_counter() - start
     assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
-    n = lesson.DEMO_SIDE ** 2
+    n = lesson.DEMO_SIDE**2
     blocks = 1 if not block_size else n // block_size
     codes = n * bits // 8
     zero_points = 0 if symmetric else blocks * bits // 8
@@ -118,7 +122,7 @@ def test_error_view_numbers_match_quant() -> None:
     text, _ = lesson.error_view(4, 64, True)
     q = quant.quantize(x, 4, 64)
     assert f"average error {quant.mean_abs_error(x, q):.4f}" in text
-    assert f"size {quant.storage_bytes(q):,} bytes" in text
+    assert f"size {quant.storage(q).total:,} bytes" in text
     assert "4.500 bits per value" in text
 
 
@@ -141,22 +145,31 @@ def test_demo_matrix_is_fixed_and_leaves_the_global_rng_alone() -> None:
     assert torch.equal(m, torch.randn(side, side, generator=torch.Generator().manual_seed(0)))
 
 
-def test_histograms_subsample_big_tensors() -> None:
+def test_histograms_subsample_big_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.axes import Axes
+
+    drawn, hist = [], Axes.hist
+
+    def counting_hist(ax, values, *args, **kwargs):
+        drawn.append(len(values))
+        return hist(ax, values, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "hist", counting_hist)
     x = torch.randn(1000, 1000)
     start = time.perf_counter()
-    fig = lesson.plot_value_histograms(x, quant.round_trip(x, 4), "int4")
+    fig = lesson.plot_value_histograms(x, quant.dequantize(quant.quantize(x, 4)), "int4")
     assert time.perf_counter() - start < REDRAW_LIMIT_S
     left, right = fig.axes
     assert _labelled(left) and _labelled(right)
-    drawn = sum(float(p.get_data()[0].sum()) for p in left.patches[:1])
-    assert drawn == 200_000
+    assert drawn == [200_000] * 3  # original, read back, errors: an even stride through the 1,000,000 values
+    drawn.clear()
+    lesson.plot_value_histograms(x[:10], x[:10], "int4")
+    assert drawn == [10_000] * 3  # a small tensor is drawn whole
 
 
 def test_histograms_bad_input() -> None:
     with pytest.raises(ValueError, match="same shape"):
         lesson.plot_value_histograms(torch.ones(4), torch.ones(5), "int4")
-    with pytest.raises(ValueError, match="label"):
-        lesson.plot_value_histograms(torch.ones(4), torch.ones(4), "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,8 +177,10 @@ def test_histograms_bad_input() -> None:
 # --------------------------------------------------------------------------------------------
 def _fake_rows(offset: float) -> list[digits.FormatResult]:
     accs = [0.98, 0.98, 0.98, 0.978, 0.976, 0.931, 0.329]
-    return [digits.FormatResult(f, digits.FORMAT_BITS[f], a - offset, 0.1 + i, 100) for i, (f, a)
-            in enumerate(zip(digits.FORMATS, accs))]
+    return [
+        digits.FormatResult(f, digits.FORMAT_BITS[f], a - offset, 0.1 + i, 100)
+        for i, (f, a) in enumerate(zip(digits.FORMATS, accs))
+    ]
 
 
 def test_quality_chart_and_description() -> None:
@@ -180,11 +195,13 @@ def test_quality_chart_and_description() -> None:
     assert [round(y, 1) for y in acc_ax.lines[1].get_ydata()] == [97.0, 97.0, 97.0, 96.8, 96.6, 92.1, 31.9]
 
 
-def test_quality_chart_bad_input() -> None:
-    with pytest.raises(ValueError, match="series"):
-        lesson.plot_quality_vs_bits({})
-    with pytest.raises(ValueError, match="other formats"):
-        lesson.plot_quality_vs_bits({"a": _fake_rows(0), "b": _fake_rows(0)[:3]})
+def test_quality_chart_places_each_point_at_its_format() -> None:
+    """A series that lists fewer formats draws each point above its own format, not shifted to the left."""
+    fig = lesson.plot_quality_vs_bits({"all": _fake_rows(0), "int formats": _fake_rows(0)[3:]})
+    acc_ax = fig.axes[0]
+    assert [t.get_text() for t in acc_ax.get_xticklabels()] == list(digits.FORMATS)
+    assert list(acc_ax.lines[1].get_xydata()[:, 0]) == [3, 4, 5, 6]
+    assert list(acc_ax.lines[1].get_xydata()[:, 1]) == list(acc_ax.lines[0].get_xydata()[3:, 1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +234,7 @@ def digits_model() -> tuple[torch.nn.Module, digits.DigitsData]:
 def test_format_view_int4_per_row_prints_the_tables_figures(digits_model) -> None:
     model, data = digits_model
     text, fig = lesson.format_view("int4", "row", model, data)
-    (row,) = [r for r in digits.quality_by_format(model, data, ["int4"], block_size="row")]
+    (row,) = [r for r in digits.quality_by_format(model, data, block_size="row") if r.fmt == "int4"]
     base = digits.evaluate(model, data)
     assert f"{100 * base.accuracy:.1f}%" in text and f"{100 * row.accuracy:.1f}%" in text
     assert f"{row.loss:.3f}" in text and f"{row.weight_bytes:,}" in text
@@ -243,39 +260,48 @@ def test_format_view_every_setting_matches_model_in_format(digits_model, fmt: st
     if fmt.startswith("int"):
         layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         assert score.weight_bytes - score.scale_bytes == sum(
-            quant.packed_storage(m.weight.numel(), digits.FORMAT_BITS[fmt]).codes for m in layers)
+            quant.packed_storage(m.weight.numel(), digits.FORMAT_BITS[fmt]).codes for m in layers
+        )
     else:
         assert score.scale_bytes == 0
     text, _ = lesson.format_view(fmt, scales, model, data)
     assert f"{score.weight_bytes:,}" in text
 
 
-def test_format_view_is_cached_and_fast(digits_model) -> None:
+def test_format_view_is_fast_and_floats_ignore_the_scales(digits_model) -> None:
     model, data = digits_model
-    first = lesson.format_score(model, data, "int3", 16)
-    assert lesson.format_score(model, data, "int3", 16) is first  # not recomputed
     lesson.format_view("int3", 16, model, data)
     start = time.perf_counter()
-    text, fig = lesson.format_view("int3", 16, model, data)
+    lesson.format_view("int3", 16, model, data)
     elapsed = time.perf_counter() - start
     assert elapsed < REDRAW_LIMIT_S, f"redraw took {elapsed:.2f} s"
-    # float formats ignore the scale setting: one result for all of them
-    assert lesson.format_score(model, data, "bfloat16", 16) is lesson.format_score(model, data, "bfloat16")
+    assert lesson.format_score(model, data, "int3", 16) != lesson.format_score(model, data, "int3", "tensor")
+    assert lesson.format_score(model, data, "bfloat16", 16) == lesson.format_score(model, data, "bfloat16")
     assert "no scales" in lesson.format_view("float16", 64, model, data)[0]
 
 
-def test_format_view_cache_follows_the_model(digits_model) -> None:
+def test_format_score_bad_settings(digits_model) -> None:
     model, data = digits_model
-    other = digits.train_digits_mlp(data, epochs=1, seed=3)
+    with pytest.raises(ValueError, match="fmt"):
+        lesson.format_score(model, data, "int5")
+    with pytest.raises(ValueError, match="scales"):
+        lesson.format_score(model, data, "int4", 48)
+
+
+def test_format_score_follows_the_model(digits_model) -> None:
+    model, data = digits_model
+    other = digits.train_digits_mlp(data, seed=3)
     assert lesson.format_score(other, data, "int4") != lesson.format_score(model, data, "int4")
 
 
 def test_format_labels(digits_model) -> None:
     model, data = digits_model
-    for fmt, scales, label in (("int4", "row", "in int4, one scale per row,"),
-                               ("int8", 64, "in int8, one scale per 64 weights,"),
-                               ("int2", "tensor", "in int2, one scale per tensor,"),
-                               ("bfloat16", 16, "in bfloat16, next")):
+    for fmt, scales, label in (
+        ("int4", "row", "in int4, one scale per row,"),
+        ("int8", 64, "in int8, one scale per 64 weights,"),
+        ("int2", "tensor", "in int2, one scale per tensor,"),
+        ("bfloat16", 16, "in bfloat16, next"),
+    ):
         assert label in lesson.format_view(fmt, scales, model, data)[0], label
 
 
@@ -338,15 +364,15 @@ def _hint(answer: object) -> str:
 
 
 def test_bytes_typical_slips_get_their_hint() -> None:
-    assert "codes alone" in _hint(N // 2)                              # forgot the scales
-    assert "half a byte" in _hint(N * 4 + N // 64 * 4)                   # 4 bytes a weight / bits as bytes
-    assert "add the scales" in _hint(N * 4)                             # both slips at once
-    assert "in bits" in _hint(N * 4 + N // 64 * 32)                     # the whole total in bits
-    assert "not 2" in _hint(N // 2 + N // 64 * 2)                       # 16-bit scales
-    assert "one scale for the whole matrix" in _hint(N // 2 + 4)        # one scale only
-    assert "two to a byte" in _hint(N + N // 64 * 4)                    # a byte per code
+    assert "codes alone" in _hint(N // 2)  # forgot the scales
+    assert "half a byte" in _hint(N * 4 + N // 64 * 4)  # 4 bytes a weight / bits as bytes
+    assert "add the scales" in _hint(N * 4)  # both slips at once
+    assert "in bits" in _hint(N * 4 + N // 64 * 32)  # the whole total in bits
+    assert "not 2" in _hint(N // 2 + N // 64 * 2)  # 16-bit scales
+    assert "one scale for the whole matrix" in _hint(N // 2 + 4)  # one scale only
+    assert "two to a byte" in _hint(N + N // 64 * 4)  # a byte per code
     assert "MB" in _hint(25.362432)
-    assert "Codes:" in _hint(12345)                                     # anything else: the general hint
+    assert "Codes:" in _hint(12345)  # anything else: the general hint
 
 
 def test_bytes_wrong_types() -> None:
@@ -358,29 +384,58 @@ def test_bytes_wrong_types() -> None:
 # --------------------------------------------------------------------------------------------
 # quantize_int8 by hand
 # --------------------------------------------------------------------------------------------
-def right_int8(x):
-    s = x.abs().max() / 127
-    return torch.round(x / s), s
+# fmt: off
+def quantize_int8(x):
+    """Notebook 01's worked solution, as its <details> block writes it (unformatted: the notebook's layout)."""
+    s = x.abs().max() / 127   # the largest |x| lands on level ±127
+    q = torch.round(x / s)    # the nearest level; |x / s| <= 127, so no clamp is needed
+    return q, s
+# fmt: on
 
 
-def test_int8_right_answers() -> None:
-    assert lesson.check_quantize_int8(right_int8).correct
+def test_the_worked_solution_is_the_notebooks() -> None:
+    """The function above is the notebook's worked solution, line for line (its docstring aside)."""
+    import inspect
 
-    def with_int8_codes_and_float_scale(x):
-        s = x.abs().max().item() / 127
-        return torch.round(x / s).to(torch.int8), s
+    lines = [line for line in inspect.getsource(quantize_int8).splitlines() if '"""' not in line]
+    source = NOTEBOOK_SRC.read_text(encoding="utf-8")
+    assert "\n".join(f"# {line}".rstrip() for line in lines) in source
 
-    assert lesson.check_quantize_int8(with_int8_codes_and_float_scale).correct
-    # the cases really are quant.quantize's: codes and scale agree on every one
-    for x in lesson.int8_cases():
-        codes, scale = right_int8(x)
+
+def test_int8_worked_solution_passes_and_the_cases_are_quant_quantize() -> None:
+    feedback = lesson.check_quantize_int8(quantize_int8)
+    assert feedback.correct and feedback.answered and "all 4 test tensors" in str(feedback)
+    for x in lesson.int8_cases():  # the expected codes and scale are quant.quantize's on every case
+        codes, scale = quantize_int8(x)
         q = quant.quantize(x, 8)
         assert torch.equal(codes.to(torch.int8), q.codes) and float(scale) == float(q.scales)
 
 
+def _s(x):
+    return x.abs().max() / 127
+
+
+#: Other correct ways to write it: each must pass.
+INT8_RIGHT_FORMS = {
+    "int8 codes, a float scale": lambda x: (torch.round(x / _s(x)).to(torch.int8), _s(x).item()),
+    "a scale of shape (1,)": lambda x: (torch.round(x / _s(x)).char(), _s(x).reshape(1)),
+    "a clamp added": lambda x: (torch.clamp(torch.round(x / _s(x)), -127, 127), _s(x)),
+    "int8's full range as the clamp": lambda x: (torch.round(x / _s(x)).clamp(-128, 127).long(), float(_s(x))),
+    "multiplied by the inverse scale": lambda x: (torch.round(x * (127 / x.abs().max())), _s(x)),
+    "in float64": lambda x: (torch.round(x.double() / _s(x.double())), _s(x.double())),
+    "the codes as a list": lambda x: (torch.round(x / _s(x)).tolist(), _s(x)),
+}
+
+
+@pytest.mark.parametrize("form", INT8_RIGHT_FORMS)
+def test_int8_other_correct_forms_pass(form: str) -> None:
+    feedback = lesson.check_quantize_int8(INT8_RIGHT_FORMS[form])
+    assert feedback.correct, feedback
+
+
 def test_int8_placeholder() -> None:
     def not_written(x):
-        raise NotImplementedError
+        raise NotImplementedError  # your code: s = ..., q = ..., return q, s
 
     def no_return(x):
         s = x.abs().max() / 127  # noqa: F841 - a student's unfinished function
@@ -388,6 +443,9 @@ def test_int8_placeholder() -> None:
     for fn in (..., None, not_written, no_return):
         feedback = lesson.check_quantize_int8(fn)
         assert not feedback.correct and not feedback.answered, fn
+    assert "replace the `raise NotImplementedError` line in quantize_int8" in str(
+        lesson.check_quantize_int8(not_written)
+    )
 
 
 def _int8_hint(fn) -> str:
@@ -396,46 +454,50 @@ def _int8_hint(fn) -> str:
     return feedback.hint
 
 
-def test_int8_typical_slips_get_their_hint() -> None:
-    def over_128(x):
-        s = x.abs().max() / 128
-        return torch.round(x / s), s
+#: Each typical slip, and a phrase of its own hint (each hint differs from every other slip's).
+INT8_SLIPS = {
+    "q_max 128": (lambda x: (torch.round(x / (x.abs().max() / 128)), x.abs().max() / 128), "127, not 128"),
+    "divided by 255": (lambda x: (torch.round(x / (x.abs().max() / 255)), x.abs().max() / 255), "not by 255"),
+    "int4's q_max 7": (lambda x: (torch.round(x / (x.abs().max() / 7)), x.abs().max() / 7), "int4's q_max"),
+    "x.max()": (lambda x: (torch.round(x / (x.max() / 127)), x.max() / 127), "extreme is negative"),
+    "-x.min()": (lambda x: (torch.round(x / (-x.min() / 127)), -x.min() / 127), "extreme is positive"),
+    "inverted scale": (lambda x: (torch.round(x * (127 / x.abs().max())), 127 / x.abs().max()), "not its inverse"),
+    "no division": (lambda x: (torch.round(x / x.abs().max()), x.abs().max()), "not the largest |x|"),
+    "zero-point scale": (
+        lambda x: (torch.round(x / ((x.max() - x.min()) / 255)), (x.max() - x.min()) / 255),
+        "with a zero-point",
+    ),
+    "truncated": (lambda x: ((x / _s(x)).int(), _s(x)), "cut the fraction off"),
+    "truncated to int8": (lambda x: ((x / _s(x)).to(torch.int8), _s(x)), "cut the fraction off"),
+    "floor": (lambda x: (torch.floor(x / _s(x)), _s(x)), "not floor"),
+    "not rounded": (lambda x: (x / _s(x), _s(x)), "whole numbers"),
+    "read-back": (lambda x: (torch.round(x / _s(x)) * _s(x), _s(x)), "not the read-back"),
+    "multiplied": (lambda x: (torch.round(x * _s(x)), _s(x)), "not x * s"),
+    "a scale per row": (
+        lambda x: (torch.round(x / (x.abs().amax(-1, keepdim=True) / 127)), x.abs().amax(-1, keepdim=True) / 127),
+        "One scale for the whole tensor",
+    ),
+    "scale first": (lambda x: (_s(x), torch.round(x / _s(x))), "codes first"),
+}
 
-    def largest_not_absolute(x):
-        s = x.max() / 127
-        return torch.round(x / s), s
 
-    def truncated(x):
-        s = x.abs().max() / 127
-        return (x / s).int(), s
-
-    def not_rounded(x):
-        s = x.abs().max() / 127
-        return x / s, s
-
-    def inverse_scale(x):
-        s = 127 / x.abs().max()
-        return torch.round(x * s), s
-
-    def over_255(x):
-        s = x.abs().max() / 255
-        return torch.round(x / s), s
-
-    assert "127, not 128" in _int8_hint(over_128)
-    assert "x.abs().max()" in _int8_hint(largest_not_absolute)
-    assert "torch.round" in _int8_hint(truncated) and "cuts" in _int8_hint(truncated)
-    assert "whole numbers" in _int8_hint(not_rounded)
-    assert "inverse" in _int8_hint(inverse_scale)
-    assert "not by 255" in _int8_hint(over_255)
+@pytest.mark.parametrize("slip", INT8_SLIPS)
+def test_int8_each_named_slip_gets_its_own_hint(slip: str) -> None:
+    fn, phrase = INT8_SLIPS[slip]
+    hint = _int8_hint(fn)
+    assert phrase in hint, hint
+    others = {p for name, (_, p) in INT8_SLIPS.items() if p != phrase}
+    assert not any(other in hint for other in others), hint
 
 
 def test_int8_wrong_shapes_and_errors_are_one_line() -> None:
     assert "return q, s" in _int8_hint(lambda x: x)
-    assert "one number" in lesson.check_quantize_int8(lambda x: (x, x)).message
     assert "shape" in lesson.check_quantize_int8(lambda x: (x[:1], x.abs().max() / 127)).message
+    assert "not a tensor" in lesson.check_quantize_int8(lambda x: ("codes", x.abs().max() / 127)).message
     feedback = lesson.check_quantize_int8(lambda x: 1 / 0)
-    assert not feedback.correct and "ZeroDivisionError" in feedback.message
+    assert not feedback.correct and "ZeroDivisionError" in feedback.message and "\n" not in feedback.message
     assert "should be a function" in lesson.check_quantize_int8(42).message
+    assert "The codes are q = torch.round(x / s)" in _int8_hint(lambda x: (torch.ceil(x / _s(x)), _s(x)))
 
 
 def _plotted_numbers(series: dict[str, list[digits.FormatResult]]) -> str:
@@ -456,11 +518,16 @@ def test_01s_hand_written_chart_description_has_the_charts_numbers() -> None:
     def table(name: str) -> list[digits.FormatResult]:
         cell = next(c for c in code if f"print(format_quality_table({name}))" in "".join(c["source"]))
         lines = "".join("".join(o.get("text", "")) for o in cell["outputs"]).splitlines()[1:]
-        return [digits.FormatResult(f, int(b), float(a.rstrip("%")) / 100, float(loss), int(n.replace(",", "")))
-                for f, b, a, loss, n in (line.split() for line in lines if line.strip())]
+        return [
+            digits.FormatResult(f, int(b), float(a.rstrip("%")) / 100, float(loss), int(n.replace(",", "")))
+            for f, b, a, loss, n in (line.split() for line in lines if line.strip())
+        ]
 
     said = _plotted_numbers({"one scale per tensor": table("per_tensor"), "one scale per row": table("per_row")})
-    markdown = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
-                    and "Two line charts" in "".join(c["source"]))
+    markdown = next(
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown" and "Two line charts" in "".join(c["source"])
+    )
     for pattern in (r"\d+\.\d%", r"\b\d\.\d{3}\b"):  # accuracies, then losses, in the same order
         assert re.findall(pattern, markdown) == re.findall(pattern, said), pattern

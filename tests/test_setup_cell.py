@@ -6,6 +6,7 @@ while the release tag is not published, and the one message a student sees when 
 tests/test_gpu_paths.py runs the same cell on every simulated device, and tests/test_hosts.py on Kaggle's one and
 two T4s, with the FakePip and run_cell of this file.
 """
+
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import about
+from course_utils import about, cache
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -26,7 +27,8 @@ import build_notebooks  # noqa: E402 - after the path line above
 
 #: What the fake pip prints when it fails: 20 numbered lines, the last one pip's usual error.
 PIP_LINES = [f"pip line {i}" for i in range(1, 20)] + [
-    "ERROR: Could not find a version that satisfies the requirement course-utils (no such tag)"]
+    "ERROR: Could not find a version that satisfies the requirement course-utils (no such tag)"
+]
 
 
 class FakePip:
@@ -56,9 +58,17 @@ class FakePip:
 NO_BITSANDBYTES: dict[str, str | None] = {"bitsandbytes": None}
 
 
-def run_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pip: FakePip, *, colab: bool = True,
-             kaggle: bool = False, source: str | None = None,
-             installed: dict[str, str | None] = NO_BITSANDBYTES, namespace: dict | None = None) -> str:
+def run_cell(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pip: FakePip,
+    *,
+    colab: bool = True,
+    kaggle: bool = False,
+    source: str | None = None,
+    installed: dict[str, str | None] = NO_BITSANDBYTES,
+    namespace: dict | None = None,
+) -> str:
     """Execute the setup cell of a notebook with extras ``["peft"]`` (in ``namespace``); return what it printed.
 
     ``installed``: package versions the cell reads instead of the real ones (None: not installed). Whatever the
@@ -66,6 +76,8 @@ def run_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pip: FakePip, *, c
     """
     monkeypatch.setattr(subprocess, "run", pip)
     monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("COURSE_UTILS_CACHE", "XDG_CACHE_HOME"):  # the course's cache folder: under this HOME
+        monkeypatch.delenv(key, raising=False)
     for key in [k for k in os.environ if k.startswith(("COLAB_", "KAGGLE_"))]:
         monkeypatch.delenv(key)
     if colab:
@@ -107,8 +119,9 @@ def failure_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pip: FakePi
     return shown[0]
 
 
-def test_failed_helpers_install_names_the_repository_the_tag_and_the_way_out(monkeypatch: pytest.MonkeyPatch,
-                                                                            tmp_path: Path) -> None:
+def test_failed_helpers_install_names_the_repository_the_tag_and_the_way_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     pip = FakePip(fail_on="git+https://")
     message = failure_message(monkeypatch, tmp_path, pip)
     assert f"the course helpers from {about.repo_url()} at tag {about.release_tag()} or its main branch." in message
@@ -122,8 +135,9 @@ def test_failed_helpers_install_names_the_repository_the_tag_and_the_way_out(mon
     assert pip.kwargs[0]["stderr"] is subprocess.STDOUT
 
 
-def test_unpublished_tag_falls_back_to_main_and_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
+def test_unpublished_tag_falls_back_to_main_and_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     pip = FakePip(fail_on=f"@{about.release_tag()}")
     printed = run_cell(monkeypatch, tmp_path, pip, installed={"bitsandbytes": None, "course-utils": "0.3.0.dev1"})
     tag, main, extras = pip.calls
@@ -131,8 +145,10 @@ def test_unpublished_tag_falls_back_to_main_and_says_so_in_one_line(monkeypatch:
     assert about.install_spec("main") == f"course-utils @ git+{about.repo_url()}@main"
     assert any(part.startswith("bitsandbytes>=") for part in extras)  # then carries on as usual
     (line,) = [line for line in printed.splitlines() if "main branch" in line]
-    assert line == (f"The helpers' tag {about.release_tag()} did not install (not published yet?): installed "
-                    f"{about.repo_url()}'s main branch instead, course-utils 0.3.0.dev1.")
+    assert line == (
+        f"The helpers' tag {about.release_tag()} did not install (not published yet?): installed "
+        f"{about.repo_url()}'s main branch instead, course-utils 0.3.0.dev1."
+    )
     assert "Setup failed" not in printed and "\nReady. " in printed  # the line above, then the usual report
 
 
@@ -159,8 +175,9 @@ def test_failed_extras_install_names_the_capped_requirement(monkeypatch: pytest.
     assert PIP_LINES[-1] in message and len(pip.calls) == 2
 
 
-def test_success_installs_helpers_then_the_missing_extras_capped(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_success_installs_helpers_then_the_missing_extras_capped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     pip = FakePip()
     printed = run_cell(monkeypatch, tmp_path, pip, installed={"bitsandbytes": None, "accelerate": None, "peft": None})
     helpers, extras = pip.calls
@@ -172,9 +189,44 @@ def test_success_installs_helpers_then_the_missing_extras_capped(monkeypatch: py
     for call in pip.calls:
         assert call[1:5] == ["-m", "pip", "install", "-q"] and "-c" in call
         assert not any(part.split(">=")[0].split("==")[0] in ("torch", "transformers") for part in call[5:])
-    keep = (tmp_path / ".course-keep.txt").read_text()
-    assert "torch==" in keep and "transformers==" in keep  # held at the installed builds
+    (keep,) = {call[call.index("-c") + 1] for call in pip.calls}
+    assert Path(keep).parent == tmp_path / ".cache" / "course_utils"  # the course's cache folder, nothing in HOME
+    held = Path(keep).read_text()
+    assert "torch==" in held and "transformers==" in held  # held at the installed builds
     assert "Setup failed" not in printed and "torch" in printed  # then the version report
+
+
+@pytest.mark.parametrize(
+    "env, where",
+    [
+        ({"COURSE_UTILS_CACHE": "mine"}, "mine"),
+        ({"XDG_CACHE_HOME": "xdg"}, "xdg/course_utils"),
+        ({"COURSE_UTILS_CACHE": "mine", "XDG_CACHE_HOME": "xdg"}, "mine"),
+    ],
+)
+def test_pip_constraints_go_where_course_utils_keeps_its_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], where: str
+) -> None:
+    """The cell runs before course_utils is installed, so it finds the cache folder itself: as course_utils.cache."""
+    cell: dict = {}
+    run_cell(monkeypatch, tmp_path, FakePip(), colab=False, namespace=cell)
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(tmp_path / value))
+    assert cell["cache_folder"]() == str(tmp_path / where)
+    if "COURSE_UTILS_CACHE" in env:
+        assert cache.cache_dir() == tmp_path / where  # the package's own rule, read at call time
+
+
+def test_pip_constraints_fall_back_to_the_temp_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import tempfile
+
+    cell: dict = {}
+    run_cell(monkeypatch, tmp_path, FakePip(), colab=False, namespace=cell)
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("COURSE_UTILS_CACHE", str(tmp_path / "a-file" / "cache"))  # cannot be created
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    assert cell["cache_folder"]() == str(tmp_path / "tmp" / "course_utils")
+    assert cache.fallback_dir() == tmp_path / "tmp" / "course_utils"  # where course_utils.cache falls back too
 
 
 def test_nothing_installed_off_colab(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -195,11 +247,18 @@ def test_kaggle_failure_says_to_switch_internet_on(monkeypatch: pytest.MonkeyPat
     assert "On Kaggle, switch Internet on in the notebook's settings first." in message
 
 
-@pytest.mark.parametrize("env, host", [({"COLAB_RELEASE_TAG": "x"}, "Colab"),
-                                       ({"KAGGLE_KERNEL_RUN_TYPE": "Batch"}, "Kaggle"),
-                                       ({"KAGGLE_KERNEL_RUN_TYPE": ""}, None), ({}, None)])
-def test_hosted_notebook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str],
-                         host: str | None) -> None:
+@pytest.mark.parametrize(
+    "env, host",
+    [
+        ({"COLAB_RELEASE_TAG": "x"}, "Colab"),
+        ({"KAGGLE_KERNEL_RUN_TYPE": "Batch"}, "Kaggle"),
+        ({"KAGGLE_KERNEL_RUN_TYPE": ""}, None),
+        ({}, None),
+    ],
+)
+def test_hosted_notebook(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], host: str | None
+) -> None:
     cell: dict = {}
     run_cell(monkeypatch, tmp_path, FakePip(), colab=False, namespace=cell)
     for key, value in env.items():
@@ -207,18 +266,30 @@ def test_hosted_notebook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: d
     assert cell["hosted_notebook"]() == host
 
 
-@pytest.mark.parametrize("count, visible, started, expect", [
-    (0, None, False, None), (1, None, False, None), (2, "1", False, None), (2, "", False, None),
-    (2, None, False, "0"), (4, None, False, "0"), (2, None, True, None)])
-def test_one_gpu_decision(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int, visible: str | None,
-                          started: bool, expect: str | None) -> None:
+@pytest.mark.parametrize(
+    "count, visible, started, expect",
+    [
+        (0, None, False, None),
+        (1, None, False, None),
+        (2, "1", False, None),
+        (2, "", False, None),
+        (2, None, False, "0"),
+        (4, None, False, "0"),
+        (2, None, True, None),
+    ],
+)
+def test_one_gpu_decision(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int, visible: str | None, started: bool, expect: str | None
+) -> None:
     cell: dict = {}
     run_cell(monkeypatch, tmp_path, FakePip(), colab=False, namespace=cell)
     value, line = cell["one_gpu"](count, visible, started)
     assert value == expect
     if expect is not None:
-        assert line == (f"{count} GPUs found: the course uses one (CUDA_VISIBLE_DEVICES=0), so every batch size and "
-                        "memory peak printed is one GPU's.")
+        assert line == (
+            f"{count} GPUs found: the course uses one (CUDA_VISIBLE_DEVICES=0), so every batch size and "
+            "memory peak printed is one GPU's."
+        )
     elif started and count > 1:
         assert "Restart the kernel, then run this cell first." in line and f"{count} GPUs found" in line
     else:
@@ -254,8 +325,10 @@ def test_the_cap_is_the_newest_tested_version_and_the_floor_the_oldest() -> None
                 return line.split("==")[1].strip()
         raise AssertionError(f"{path} pins no {name}")
 
-    assert about.SUPPORTED["bitsandbytes"] == (pin("requirements-floor.txt", "bitsandbytes"),
-                                               pin("requirements.txt", "bitsandbytes"))
+    assert about.SUPPORTED["bitsandbytes"] == (
+        pin("requirements-floor.txt", "bitsandbytes"),
+        pin("requirements.txt", "bitsandbytes"),
+    )
     assert pin("requirements-colab.txt", "bitsandbytes") == about.SUPPORTED["bitsandbytes"][1]
     source = build_notebooks.setup_cell_source([])
     assert f"CAPS = {{'bitsandbytes': '{about.SUPPORTED['bitsandbytes'][1]}'}}" in source

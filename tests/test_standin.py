@@ -9,6 +9,7 @@ The tests build a tiny Llama (hidden 64, 2 layers) through the same code path as
 stay fast; the 135M model itself is exercised by notebook 01b. The tiny config is in
 ``tiny_models.py``; the ``tiny_standin`` fixture in ``conftest.py``.
 """
+
 from __future__ import annotations
 
 import socket
@@ -22,13 +23,11 @@ from course_utils import hub, standin
 from course_utils.footprint import count_model_parameters
 from course_utils.quiet import import_bitsandbytes
 from course_utils.hub import REAL_MODEL
-from course_utils.models import (generate_text, load_model, load_tokenizer, meta_model,
-                                 training_batches)
+from course_utils.models import generate_text, load_model, load_tokenizer, meta_model
+from course_utils.tickets import load_tickets, training_example
 from tiny_models import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +36,7 @@ def no_packaged_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     from course_utils import packaged
 
     monkeypatch.setattr(packaged, "availability", lambda folder=None: None)
+
 
 @pytest.fixture
 def online(monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -75,12 +75,14 @@ def fake_download(monkeypatch: pytest.MonkeyPatch, tiny_standin: str) -> list[tu
 def _no_standin(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args, **kwargs):
         raise AssertionError("the stand-in was built although the Hub answered")
+
     monkeypatch.setattr(standin, "ensure_standin", forbidden)
 
 
 def test_choose_model_labels_the_standin(monkeypatch, tmp_path) -> None:
     def forbidden(*args, **kwargs):
         raise AssertionError("the network was touched")
+
     monkeypatch.setattr(socket, "create_connection", forbidden)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hub, "cached_on_disk", lambda name: False)
@@ -115,7 +117,7 @@ def test_online_branch_on_a_cpu_down_to_training(monkeypatch, online, fake_downl
     assert model_16.dtype == torch.bfloat16 and next(model_16.parameters()).device.type == "cpu"
     assert model_4.get_memory_footprint() < model_16.get_memory_footprint()
     qlora = lora.add_lora(model_4)
-    (batch,) = training_batches(tokenizer, ["The capital of France is Paris."], batch_size=1, max_length=16)
+    batch = training_example(tokenizer, load_tickets()[0])
     qlora.train()
     qlora(**batch).loss.backward()
     assert all(p.grad is not None for p in qlora.parameters() if p.requires_grad)
@@ -137,7 +139,7 @@ def test_notebook_01b_online_down_to_its_first_loads(monkeypatch, online, fake_d
     code = [c.source for c in cells if c.cell_type == "code" and "setup_report()" not in c.source]
     last = next(i for i, source in enumerate(code) if "course_config = BitsAndBytesConfig(" in source)
     namespace: dict = {}
-    for source in code[:last + 1]:
+    for source in code[: last + 1]:
         exec(compile(source, "01b", "exec"), namespace)  # the notebook's own cells, in order
     out = capsys.readouterr().out
     assert namespace["choice"].name == REAL_MODEL and not namespace["choice"].is_standin

@@ -1,4 +1,5 @@
 """course_utils.step_memory: the whole-step estimate, checked against what autograd and the process really hold."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TRANSFORMERS_MAJOR = int(version("transformers").split(".")[0])
 
 #: SmolLM2's family, small: Llama with SwiGLU, RMSNorm, grouped-query attention, tied embeddings.
-SMALL = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 4,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 16384, "tie_word_embeddings": True,
-         "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu"}
+SMALL = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 640,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 16384,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+}
 TINY = {**SMALL, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "vocab_size": 1000}
 #: TINY with a larger vocabulary, so the loss path gives a step a dynamic part worth measuring (50 MB at 4 x 128
 #: tokens), yet few enough FLOPs that bfloat16 runs fast on a CPU without native bf16 (SMALL takes 10 s a step).
@@ -121,15 +133,38 @@ def _assert_exact(config: dict, method: str, autocast: str | None, checkpointing
     the k-bit preparation)."""
     kbit = method != "qlora-unprepared"
     method = method.removesuffix("-unprepared")
-    spec = {"config": read_config(config), "config_name": "tiny", "method": method, "batch": 2, "seq": 16,
-            "lora_rank": 4, "targets": list(targets), "checkpointing": checkpointing, "optimizer": "adamw",
-            "autocast": autocast, "compile": False, "steps": 1, "accumulation": 1, "seed": 0, "device": "cpu",
-            "kbit_preparation": kbit}
+    spec = {
+        "config": read_config(config),
+        "config_name": "tiny",
+        "method": method,
+        "batch": 2,
+        "seq": 16,
+        "lora_rank": 4,
+        "targets": list(targets),
+        "checkpointing": checkpointing,
+        "optimizer": "adamw",
+        "autocast": autocast,
+        "compile": False,
+        "steps": 1,
+        "accumulation": 1,
+        "seed": 0,
+        "device": "cpu",
+        "kbit_preparation": kbit,
+    }
     if method == "qlora" and import_bitsandbytes() is None:
         pytest.skip("QLoRA needs bitsandbytes, which is not installed here")
     real = measure.run_step(spec)
-    est = estimate_step(config, method=method, batch=2, seq=16, lora_rank=4, targets=targets,
-                        checkpointing=checkpointing, autocast=bool(autocast), kbit_preparation=kbit)
+    est = estimate_step(
+        config,
+        method=method,
+        batch=2,
+        seq=16,
+        lora_rank=4,
+        targets=targets,
+        checkpointing=checkpointing,
+        autocast=bool(autocast),
+        kbit_preparation=kbit,
+    )
     if TRANSFORMERS_MAJOR >= 5:  # the estimate models what transformers 5's layers save: exact there
         assert est.activations.total == real["saved_activations_bytes"]
         assert est.weights_bytes == real["weights_bytes"]
@@ -143,10 +178,22 @@ def _assert_exact(config: dict, method: str, autocast: str | None, checkpointing
 
 
 # ---------------------------------------------------------------- peak within 15 % of a measured step
-@pytest.mark.parametrize("method, batch", [("full", 4), ("lora", 8)])
-def test_peak_estimate_within_15_percent_of_a_fresh_process(method: str, batch: int) -> None:
-    m = measure.measure_training_step(SMALL, method=method, batch=batch, seq=128, timeout_s=240)
-    est = estimate_step(SMALL, method=method, batch=batch, seq=128)
+#: Two steps of SMALL, measured in processes forked from one child (it imports the libraries once).
+MEASURED = [{"method": "full", "batch": 4, "seq": 128}, {"method": "lora", "batch": 8, "seq": 128}]
+
+
+@pytest.fixture(scope="module")
+def measured_small() -> list[measure.StepMeasurement]:
+    return measure.measure_training_steps(SMALL, MEASURED, timeout_s=240, device="cpu")
+
+
+@pytest.mark.parametrize("case", range(len(MEASURED)))
+def test_peak_estimate_within_15_percent_of_a_fresh_process(
+    case: int, measured_small: list[measure.StepMeasurement]
+) -> None:
+    m = measured_small[case]
+    assert isinstance(m, measure.StepMeasurement), m
+    est = estimate_step(SMALL, **MEASURED[case])
     assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 15
     # the part that changes during the step is predicted much closer than that
     dynamic_est = sum(est.moments[est.peak_moment].values())  # on top of baseline, weights, optimizer states
@@ -159,8 +206,11 @@ def test_full_bf16_peak_within_15_percent_of_a_fresh_process() -> None:
     m = measure.measure_training_step(TINY_WIDE_VOCAB, method="full-bf16", batch=4, seq=128, timeout_s=240)
     est = estimate_step(TINY_WIDE_VOCAB, method="full-bf16", batch=4, seq=128)
     assert m.extra["base_dtype"] == "bfloat16" and m.trained_params == m.total_params == est.trained_params
-    assert (est.weights_bytes, est.grads_bytes, est.optimizer_bytes) == (m.weights_bytes, m.grads_bytes,
-                                                                          m.optimizer_bytes)
+    assert (est.weights_bytes, est.grads_bytes, est.optimizer_bytes) == (
+        m.weights_bytes,
+        m.grads_bytes,
+        m.optimizer_bytes,
+    )
     assert abs(sm.error_percent(est.peak_bytes, m.peak_bytes)) <= 15
     dynamic_est = sum(est.moments[est.peak_moment].values())  # on top of baseline, weights, optimizer states
     dynamic_meas = m.peak_bytes - m.start_bytes
@@ -179,15 +229,19 @@ def test_checkpointing_keeps_one_hidden_state_per_layer() -> None:
 def test_kbit_preparation_doubles_the_16_bit_rest_and_the_residual_stream() -> None:
     """QLoRA as notebook 01b runs it (float32 embedding and norms) against the same 4-bit load without the step."""
     arch = Architecture.from_config("smollm2-135m")
-    prepared, plain = (estimate_step("smollm2-135m", method="qlora", batch=8, seq=512, checkpointing=True,
-                                     kbit_preparation=kbit) for kbit in (True, False))
+    prepared, plain = (
+        estimate_step("smollm2-135m", method="qlora", batch=8, seq=512, checkpointing=True, kbit_preparation=kbit)
+        for kbit in (True, False)
+    )
     rest = sum(n for _, n, is_linear in arch.param_tensors() if not is_linear)  # embedding (= tied head), norms
     assert prepared.weights_bytes - plain.weights_bytes == 2 * rest
     kept = "checkpointed layer inputs"
     assert prepared.activations.by_kind[kept] == 2 * plain.activations.by_kind[kept] == 30 * 8 * 512 * 576 * 4
     assert prepared.peak_bytes > plain.peak_bytes
-    assert "QLoRA, base in 4 bits (rank 8 on q_proj, v_proj), k-bit preparation (float32 embedding and norms)" \
+    assert (
+        "QLoRA, base in 4 bits (rank 8 on q_proj, v_proj), k-bit preparation (float32 embedding and norms)"
         in prepared.describe()
+    )
     assert "no k-bit preparation (bfloat16 embedding and norms)" in plain.describe()
     assert "weights (NF4 base, float32 embedding/norms + float32 adapters)" in prepared.format()
     assert "weights (NF4 base, bfloat16 embedding/norms + float32 adapters)" in plain.format()
@@ -195,8 +249,10 @@ def test_kbit_preparation_doubles_the_16_bit_rest_and_the_residual_stream() -> N
 
 def test_kbit_preparation_is_ignored_by_the_other_methods() -> None:
     for method in ("full", "full-bf16", "lora", "lora-bf16"):
-        on, off = (estimate_step("smollm2-135m", method=method, checkpointing=True, kbit_preparation=kbit)
-                   for kbit in (True, False))
+        on, off = (
+            estimate_step("smollm2-135m", method=method, checkpointing=True, kbit_preparation=kbit)
+            for kbit in (True, False)
+        )
         assert on.peak_bytes == off.peak_bytes and on.weights_bytes == off.weights_bytes
         assert "k-bit" not in on.format() + off.format()
     with pytest.raises(TypeError, match="kbit_preparation"):
@@ -207,7 +263,7 @@ def test_accumulation_keeps_gradients_but_shrinks_activations() -> None:
     one = estimate_step("smollm2-135m", method="full", batch=8, seq=128)
     four = estimate_step("smollm2-135m", method="full", batch=2, seq=128, accumulation=4)
     assert four.activations.total < one.activations.total / 3
-    assert "gradients kept across micro-batches" in dict(four.parts()) or four.peak_moment.startswith("end")
+    assert dict(four.parts())["gradients kept across micro-batches"] == four.grads_bytes  # at the peak, all of them
     assert four.peak_bytes < one.peak_bytes
 
 
@@ -236,11 +292,20 @@ def test_format_lists_parts_and_total() -> None:
     assert sm.comparison_line(2.0e9, 2.5e9) == "estimate 2.00 GB, measured 2.50 GB, error -20.0 %"
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"method": "half"}, "method"), ({"batch": 0}, "batch"), ({"seq": 0}, "seq"), ({"seq": 10_000}, "seq"),
-    ({"optimizer": "sgd"}, "optimizer"), ({"targets": ["attn"]}, "targets"), ({"lora_rank": 0}, "lora_rank"),
-    ({"device": "tpu"}, "device"), ({"accumulation": 0}, "accumulation"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"method": "half"}, "method"),
+        ({"batch": 0}, "batch"),
+        ({"seq": 0}, "seq"),
+        ({"seq": 10_000}, "seq"),
+        ({"optimizer": "sgd"}, "optimizer"),
+        ({"targets": ["attn"]}, "targets"),
+        ({"lora_rank": 0}, "lora_rank"),
+        ({"device": "tpu"}, "device"),
+        ({"accumulation": 0}, "accumulation"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         estimate_step("smollm2-135m", **kwargs)
@@ -256,8 +321,7 @@ def test_bad_config() -> None:
 
 
 # ---------------------------------------------------------------- the command line's --measure
-def test_cli_measure_prints_the_comparison_line(monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture) -> None:
+def test_cli_measure_prints_the_comparison_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     from course_utils import cli
 
     fake = measure.StepMeasurement(2_000_000_000, 440_000_000, 0, 0, 0, 0, 1.0, "cpu", "CPU: a fake")

@@ -5,6 +5,7 @@ largest error next to :data:`course_utils.sweeps.TOLERANCE_PCT`, and the tests b
 figure in a notebook must come from a file or a run, never from a literal: :func:`hand_typed_measurements` finds
 the literals that would bring it back.
 """
+
 from __future__ import annotations
 
 import ast
@@ -74,9 +75,11 @@ def hand_typed_measurements(source: str) -> list[str]:
                 tree = ast.parse(text)
             except SyntaxError:  # a cell with a magic: not Python
                 continue
-            finds += [f"cell {number}: {name} holds {_decimals(value)} typed decimal numbers"
-                      for name, value in _named_literals(tree)
-                      if MEASURED_NAME.search(name) and _decimals(value) >= MIN_NUMBERS]
+            finds += [
+                f"cell {number}: {name} holds {_decimals(value)} typed decimal numbers"
+                for name, value in _named_literals(tree)
+                if MEASURED_NAME.search(name) and _decimals(value) >= MIN_NUMBERS
+            ]
             continue
         for table in re.findall(r"(?:^\|.*\n?)+", text, re.MULTILINE):
             header, *body = table.splitlines()
@@ -87,22 +90,22 @@ def hand_typed_measurements(source: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the detector
-TYPED_DICT = '''# %% [markdown]
+TYPED_DICT = """# %% [markdown]
 # Some text.
 
 # %%
 SWEEP_MEASURED = {("lora", 1): 1.221, ("lora", 4): 1.838, ("full", 8): -2.625}  # GB
-'''
-TYPED_KEYWORD = '''# %%
+"""
+TYPED_KEYWORD = """# %%
 plot(cases, measured_gb=[1.2, 1.8, 2.6])
-'''
-TYPED_TABLE = '''# %% [markdown]
+"""
+TYPED_TABLE = """# %% [markdown]
 # | method | batch | estimate GB | measured GB |
 # | --- | ---: | ---: | ---: |
 # | LoRA | 1 | 1.225 | 1.221 |
 # | LoRA | 4 | 1.816 | 1.838 |
-'''
-HARMLESS = '''# %% [markdown]
+"""
+HARMLESS = """# %% [markdown]
 # | Korthikanti et al. 2022 | SmolLM2 | why |
 # | --- | --- | --- |
 # | 2 bytes per number | 4 bytes | float32 |
@@ -114,7 +117,7 @@ weights = [0.1, 0.2, 0.3]
 peaks_gb = {"frozen": total * 4 / 1e9, "adapter": trained * 4 / 1e9, "states": trained * 8 / 1e9}
 peak = measure(BASE)
 %env X=1
-'''
+"""
 
 
 @pytest.mark.parametrize("source", [TYPED_DICT, TYPED_KEYWORD, TYPED_TABLE], ids=["dict", "keyword", "table"])
@@ -162,15 +165,42 @@ def test_the_stored_sweep_says_where_and_what_it_measured() -> None:
 
 
 def _one_row_sweep(tmp_path: Path, measured_bytes: int, **machine: object) -> Path:
-    step = {"method": "lora", "batch": 1, "seq": 16, "lora_rank": 8, "targets": ["q_proj", "v_proj"],
-            "checkpointing": False, "optimizer": "adamw", "autocast": None, "accumulation": 1, "steps": 1}
-    doc = {"config": "smollm2-135m",
-           "machine": {"device": "cpu", "gpu": None, "cpu": "Test CPU", "cores": 2, "cpu_flags": ["avx2"],
-                       "date": "2026-01-02T00:00:00+00:00", **machine,
-                       "versions": {"python": "3.11", "torch": "2.13", "transformers": "5.24", "peft": "0.21"}},
-           "rows": [{"step": step, "measured": {"peak_bytes": measured_bytes, "start_bytes": measured_bytes // 2,
-                                                 "baseline_bytes": 400_000_000}},
-                    {"step": {**step, "batch": 2}, "error": "TimeoutError: too slow"}]}
+    step = {
+        "method": "lora",
+        "batch": 1,
+        "seq": 16,
+        "lora_rank": 8,
+        "targets": ["q_proj", "v_proj"],
+        "checkpointing": False,
+        "optimizer": "adamw",
+        "autocast": None,
+        "accumulation": 1,
+        "steps": 1,
+    }
+    doc = {
+        "config": "smollm2-135m",
+        "machine": {
+            "device": "cpu",
+            "gpu": None,
+            "cpu": "Test CPU",
+            "cores": 2,
+            "cpu_flags": ["avx2"],
+            "date": "2026-01-02T00:00:00+00:00",
+            **machine,
+            "versions": {"python": "3.11", "torch": "2.13", "transformers": "5.24", "peft": "0.21"},
+        },
+        "rows": [
+            {
+                "step": step,
+                "measured": {
+                    "peak_bytes": measured_bytes,
+                    "start_bytes": measured_bytes // 2,
+                    "baseline_bytes": 400_000_000,
+                },
+            },
+            {"step": {**step, "batch": 2}, "error": "TimeoutError: too slow"},
+        ],
+    }
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(doc))
     return path

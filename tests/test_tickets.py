@@ -1,8 +1,8 @@
 """course_utils.tickets: the shipped tickets, the strict JSON answer, answer-only labels, routing, scoring,
 and what the counts are compared with (the baselines, chance, a 95 % interval)."""
+
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -21,7 +21,8 @@ def test_the_shipped_tickets() -> None:
     assert len(heldout) >= 40 and len(train) >= 40  # enough to tell a trained model from a lucky guesser
     for split in (train, heldout):
         counts = [sum(t.team == team for t in split) for team in T.TEAMS]
-        assert len(set(counts)) == 1, counts  # balanced: no team is the safe guess
+        assert sum(counts) == len(split) and len(set(counts)) == 1, counts  # every team known; balanced
+        assert all(t.text and t.text == t.text.strip() for t in split)
         assert len({t.text.lower() for t in split}) == len(split)  # no ticket twice
     assert len({t.team for t in train[:4]}) == 4  # interleaved: the loop's first steps see every team
 
@@ -49,22 +50,11 @@ def test_held_out_tickets_are_not_near_copies_of_training_tickets() -> None:
     train, heldout = T.load_tickets("train"), T.load_tickets("heldout")
     copies = [(h.text, t.text) for h in heldout for t in train if _overlap(h.text, t.text) >= NEAR_COPY]
     assert not copies
-    pairs = [(a.text, b.text) for i, a in enumerate(heldout) for b in heldout[i + 1:]]
+    pairs = [(a.text, b.text) for i, a in enumerate(heldout) for b in heldout[i + 1 :]]
     assert not [pair for pair in pairs if _overlap(*pair) >= NEAR_COPY]  # and varied among themselves
 
 
-def test_load_tickets_rejects_bad_files(monkeypatch, tmp_path) -> None:
-    bad = tmp_path / "bad.jsonl"
-    monkeypatch.setattr(T, "data_path", lambda *parts: bad)
-    bad.write_text(json.dumps({"text": "hello", "team": "sales"}) + "\n")
-    with pytest.raises(ValueError, match="team must be one of"):
-        T.load_tickets()
-    bad.write_text(json.dumps({"text": " ", "team": "billing"}) + "\n")
-    with pytest.raises(ValueError, match="text"):
-        T.load_tickets()
-    bad.write_text("\n")
-    with pytest.raises(ValueError, match="no tickets"):
-        T.load_tickets()
+def test_load_tickets_reads_only_the_two_splits() -> None:
     with pytest.raises(ValueError, match="split"):
         T.load_tickets("test")
 
@@ -72,18 +62,21 @@ def test_load_tickets_rejects_bad_files(monkeypatch, tmp_path) -> None:
 # --------------------------------------------------------------------------------------------
 # The answer: strict JSON
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, team", [
-    ('{"team": "billing"}', "billing"),
-    (' {"team":"shipping"}\n', "shipping"),
-    ('{"team": "sales"}', "sales"),           # valid JSON, a team that does not exist: wrong, not invalid
-    ('{"team": "billing"} Thanks!', None),    # anything after the object
-    ("The billing team.", None),
-    ('{"team": "billing", "why": "refund"}', None),
-    ('{"team": 3}', None),
-    ('["billing"]', None),
-    ('{"team": "billing"', None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, team",
+    [
+        ('{"team": "billing"}', "billing"),
+        (' {"team":"shipping"}\n', "shipping"),
+        ('{"team": "sales"}', "sales"),  # valid JSON, a team that does not exist: wrong, not invalid
+        ('{"team": "billing"} Thanks!', None),  # anything after the object
+        ("The billing team.", None),
+        ('{"team": "billing", "why": "refund"}', None),
+        ('{"team": 3}', None),
+        ('["billing"]', None),
+        ('{"team": "billing"', None),
+        ("", None),
+    ],
+)
 def test_parse_answer_is_strict(text, team) -> None:
     assert T.parse_answer(text) == team
 
@@ -94,18 +87,21 @@ def test_answer_text_round_trips() -> None:
     assert T.answer_text("billing") == '{"team": "billing"}'
 
 
-@pytest.mark.parametrize("text, team", [
-    ('{"team": "billing"}', "billing"),
-    ('{"team": "Technical"}', "technical"),                    # valid JSON, any case
-    ('{"team": "technical support"}', "technical"),            # the one team its value names
-    ('{"team": "<team>"}', None),                              # the instruction's placeholder names no team
-    ('{"team": "billing or account"}', None),                  # two teams: no answer
-    ("This one is for the Shipping team.", "shipping"),        # prose that names one team counts for the team
-    ("billing, technical, account or shipping", None),         # the instruction echoed: every team, so none
-    ('{"department": "account"}', "account"),                  # not the asked-for JSON, but one team named
-    ("Our accountant will call you.", None),                   # whole words only
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, team",
+    [
+        ('{"team": "billing"}', "billing"),
+        ('{"team": "Technical"}', "technical"),  # valid JSON, any case
+        ('{"team": "technical support"}', "technical"),  # the one team its value names
+        ('{"team": "<team>"}', None),  # the instruction's placeholder names no team
+        ('{"team": "billing or account"}', None),  # two teams: no answer
+        ("This one is for the Shipping team.", "shipping"),  # prose that names one team counts for the team
+        ("billing, technical, account or shipping", None),  # the instruction echoed: every team, so none
+        ('{"department": "account"}', "account"),  # not the asked-for JSON, but one team named
+        ("Our accountant will call you.", None),  # whole words only
+        ("", None),
+    ],
+)
 def test_team_named_reads_json_and_prose_fairly(text, team) -> None:
     assert T.team_named(text) == team
 
@@ -113,17 +109,38 @@ def test_team_named_reads_json_and_prose_fairly(text, team) -> None:
 def test_score_counts_valid_and_right() -> None:
     heldout = T.load_tickets("heldout")[:5]
     wrong = next(team for team in T.TEAMS if team != heldout[1].team)
-    answers = [T.answer_text(heldout[0].team),        # valid, right
-               T.answer_text(wrong),                  # valid, wrong
-               f"Send it to {heldout[2].team}.",     # prose: not valid, but right
-               '{"team": "sales"}',                   # valid, a team that does not exist
-               "I am not sure."]                      # neither
-    score = T.score(answers, heldout)
-    assert (score.valid, score.right) == (3, 2)
+    answers = [
+        T.answer_text(heldout[0].team),  # valid, right
+        T.answer_text(wrong),  # valid, wrong
+        f"Send it to {heldout[2].team}.",  # prose: not valid, but right
+        '{"team": "sales"}',  # valid, a team that does not exist
+        "I am not sure.",
+    ]  # neither
+    assert T.score(answers, heldout) == (3, 2, 5)
     with pytest.raises(ValueError, match="one answer per ticket"):
         T.score(answers[:2], heldout)
     with pytest.raises(TypeError, match="strings"):
         T.score([None] * 5, heldout)  # type: ignore[list-item]
+
+
+def _next_team(team: str) -> str:
+    return T.TEAMS[(T.TEAMS.index(team) + 1) % len(T.TEAMS)]
+
+
+def test_score_judges_each_answer_against_its_own_ticket() -> None:
+    """A scorer right on every third ticket and wrong on the others scores exactly that; so do the baselines."""
+    heldout = T.load_tickets("heldout")
+    n = len(heldout)
+    answers = [T.answer_text(t.team if i % 3 == 0 else _next_team(t.team)) for i, t in enumerate(heldout)]
+    score = T.score(answers, heldout)
+    right = len(range(0, n, 3))
+    assert (score.valid, score.right, score.total - score.right) == (n, right, n - right)
+    # always one team: right exactly on that team's tickets (a quarter of the balanced held-out set)
+    for team in T.TEAMS:
+        assert T.score([T.answer_text(team)] * n, heldout).right == n // 4
+    # answers in prose count for the team, not for the format
+    prose = [f"That is one for {t.team}." for t in heldout]
+    assert T.score(prose, heldout) == (0, n, n)
 
 
 def test_the_instruction_asks_for_the_json_answer() -> None:
@@ -151,8 +168,6 @@ def test_chance_tail_is_the_binomial_upper_tail() -> None:
     # against a simulation-free reference: the probability mass function summed the other way
     below = sum(math.comb(48, k) * 0.25**k * 0.75 ** (48 - k) for k in range(20))
     assert T.chance_tail(48, 20) == pytest.approx(1 - below)
-    with pytest.raises(ValueError, match="right"):
-        T.chance_tail(4, 5)
 
 
 def test_margin_over_chance_is_the_smallest_safe_margin() -> None:
@@ -164,9 +179,6 @@ def test_margin_over_chance_is_the_smallest_safe_margin() -> None:
     for total in (8, 40, 48, 100):
         k, base = T.margin_over_chance(total), math.ceil(total / 4)
         assert T.chance_tail(total, base + k) <= 0.01 < T.chance_tail(total, base + k - 1)
-    assert T.margin_over_chance(48, level=0.05) < T.margin_over_chance(48)
-    with pytest.raises(ValueError, match="level"):
-        T.margin_over_chance(48, level=0)
 
 
 def test_wilson_interval() -> None:
@@ -180,10 +192,6 @@ def test_wilson_interval() -> None:
     assert a[0] == pytest.approx(1 - b[1]) and a[1] == pytest.approx(1 - b[0])  # symmetric
     widths = [high - low for low, high in (T.wilson_interval(7, 8), T.wilson_interval(42, 48))]
     assert widths[1] < widths[0]  # the same share on more tickets: narrower
-    with pytest.raises(ValueError, match="successes"):
-        T.wilson_interval(9, 8)
-    with pytest.raises(ValueError, match="total"):
-        T.wilson_interval(0, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,8 +203,10 @@ def test_prompt_uses_the_chat_template_where_there_is_one(tiny_standin) -> None:
     assert not tok.chat_template
     plain = T.prompt_text(tok, ticket)
     assert plain.startswith(T.INSTRUCTION) and ticket.text in plain and plain.endswith("Answer: ")
-    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
-                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
     chat = T.prompt_text(tok, ticket)
     assert chat == f"<system>{T.INSTRUCTION}<user>{ticket.text}<assistant>"
 
@@ -211,9 +221,9 @@ def test_training_example_labels_the_answer_only(tiny_standin) -> None:
     keep = example["logits_to_keep"]
     assert keep == len(answer) + 1 and example["labels"].shape == (1, keep)
     assert example["labels"][0, 0] == -100 and example["labels"][0, 1:].tolist() == answer
-    assert example["input_ids"][0, -len(answer):].tolist() == answer
+    assert example["input_ids"][0, -len(answer) :].tolist() == answer
     full = torch.full_like(example["input_ids"], -100)
-    full[0, -len(answer):] = torch.tensor(answer)
+    full[0, -len(answer) :] = torch.tensor(answer)
     with torch.no_grad():
         cut = model(**example).loss
         reference = model(input_ids=example["input_ids"], attention_mask=example["attention_mask"], labels=full).loss
@@ -233,8 +243,6 @@ def test_route_answers_every_ticket_and_keeps_the_tokenizer(tiny_standin) -> Non
     assert tok.pad_token == M.load_tokenizer(tiny_standin).pad_token  # pad token too
     with pytest.raises(ValueError, match="tickets"):
         T.route(model, tok, [])
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        T.route(model, tok, heldout, max_new_tokens=0)
 
 
 def test_the_answer_ends_as_the_chat_template_ends_a_turn(tiny_standin) -> None:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from course_utils.step_memory import estimate_step
-from course_utils.timeline import KINDS, PHASES, Timeline, TimelinePoint, check_phase, predicted_timeline, tensor_total
+from course_utils.timeline import KINDS, PHASES, Timeline, TimelinePoint, predicted_timeline, tensor_total
 
 STEPS = [
     dict(method=method, batch=batch, seq=seq, checkpointing=ck, accumulation=acc, device=dev, attention=att)
@@ -68,9 +68,7 @@ def test_tensor_total_leaves_out_the_framework() -> None:
     assert set(point.by_kind) <= set(KINDS)
 
 
-def test_a_timeline_checks_its_phase_and_finds_its_peak() -> None:
-    with pytest.raises(ValueError, match="phase"):
-        check_phase("warm-up")
+def test_a_timeline_finds_its_peak() -> None:
     tl = Timeline(
         [TimelinePoint("a", "forward", {"activations": 2}), TimelinePoint("b", "backward", {"activations": 3})],
         "two points",

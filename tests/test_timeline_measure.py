@@ -2,13 +2,13 @@
 
 A tiny Llama step is profiled on the CPU in a bounded child process: its kinds, phases and fixed parts are checked
 exactly against the model and AdamW; the downsampling keeps the peak and each phase's maximum; the timeline is
-compared with the predicted one where :mod:`course_utils.timeline` has it; the CUDA path's decisions and the
-allocator history's call order are checked on simulated GPUs.
+compared with the predicted one where :mod:`course_utils.timeline` has it (two more steps, profiled in this process:
+LoRA with checkpointing, and QLoRA); the CUDA path's decisions and the allocator history's call order are checked on
+simulated GPUs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,9 @@ import torch
 
 from course_utils import timeline, timeline_measure
 from course_utils.architecture import Architecture
+from course_utils.measure import step_spec
+from course_utils.quiet import import_bitsandbytes, quiet_libraries
 from course_utils.step_memory import estimate_step
-from course_utils.quiet import import_bitsandbytes
 from course_utils.timeline import KINDS, PHASES, Timeline, tensor_total
 import tiny_models
 from gpu_sim import simulate
@@ -38,6 +39,13 @@ def full_cpu(tmp_path_factory: pytest.TempPathFactory) -> Timeline:
     """One measured full fine-tuning step of TINY on the CPU, its raw events kept."""
     out = tmp_path_factory.mktemp("timeline")
     return timeline_measure.measure_timeline(TINY, method="full", **SHAPE, device="cpu", out_dir=out)
+
+
+def warm_step(**step: Any) -> Any:
+    """The step of TINY at SHAPE on the CPU (``step``: its other arguments), built here, after its warm-up run."""
+    spec = {**step_spec(TINY, **SHAPE, **step), "device": "cpu"}
+    with quiet_libraries():
+        return timeline_measure._warm_step(spec)
 
 
 def phase_runs(tl: Timeline) -> list[str]:
@@ -85,12 +93,12 @@ def test_cpu_timeline_peak_is_the_loss_path_at_the_start_of_backward(full_cpu: T
 
 
 # ---------------------------------------------------------------- keeping the points that matter
-def synthetic_events(n: int) -> tuple[list[list[int]], list[tuple[int, str]]]:
+def synthetic_events(n: int) -> tuple[list[tuple[int, int, str]], list[tuple[int, str]]]:
     """``n`` allocations of a wavy size, one per microsecond, over the five phases; then the marks."""
-    events = [[-1, 1, 1000, 0]]  # a pre-existing parameter
+    events = [(-1, 1000, "weights")]  # a pre-existing parameter
     for i in range(n):
-        events.append([10_000 + 1000 * i, 2, 7 * (i % 13) + (500 if i == n // 3 else 0), 3])
-        events.append([10_000 + 1000 * i + 500, 4, -7 * (i % 13) - (500 if i == n // 3 else 0), 3])
+        events.append((10_000 + 1000 * i, 7 * (i % 13) + (500 if i == n // 3 else 0), "activations"))
+        events.append((10_000 + 1000 * i + 500, -7 * (i % 13) - (500 if i == n // 3 else 0), "activations"))
     step = 1000 * n // 4
     marks = [(10_000 - 1, PHASES[0])] + [(10_000 + k * step, PHASES[k]) for k in range(1, 5)]
     return events, marks
@@ -98,11 +106,10 @@ def synthetic_events(n: int) -> tuple[list[list[int]], list[tuple[int, str]]]:
 
 def test_downsampling_keeps_the_peak_and_each_phases_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
     events, marks = synthetic_events(5000)
-    names = timeline_measure._category_names()
-    tl = timeline_measure._timeline(events, marks, names, where="CPU")
-    few = timeline_measure._timeline(events[:200], marks, names, where="CPU")
+    tl = timeline_measure._timeline(events, marks, "CPU")
+    few = timeline_measure._timeline(events[:200], marks, "CPU")
     monkeypatch.setattr(timeline_measure, "MAX_POINTS", 10**9)
-    every = timeline_measure._timeline(events, marks, names, where="CPU")
+    every = timeline_measure._timeline(events, marks, "CPU")
     # few events: every point kept (the pre-existing tensors at the start, one per later event, the end mark)
     assert len(few.points) == 1 + 199 + 1
     assert len(every.points) == 1 + 2 * 5000 + 1 and len(tl.points) <= timeline_measure.MAX_POINTS + 12
@@ -118,10 +125,10 @@ def test_downsampling_keeps_the_peak_and_each_phases_maximum(monkeypatch: pytest
 
 
 # ---------------------------------------------------------------- measured against predicted
+#: Full tuning (measured in a child, above); LoRA with checkpointing, for the adapters and the recomputed layer at once;
+#: QLoRA, the course's recipe. The last two are profiled in this process: the profiler counts tensors, not processes.
 CASES = {
     "full": {"method": "full"},
-    "lora": {"method": "lora"},
-    "full, checkpointing": {"method": "full", "checkpointing": True},
     "lora, checkpointing": {"method": "lora", "checkpointing": True},
     "qlora (the course's recipe)": {"method": "qlora"},
 }
@@ -132,7 +139,7 @@ def test_measured_agrees_with_predicted(case: str, full_cpu: Timeline) -> None:
     kw: dict[str, Any] = {**SHAPE, **CASES[case]}
     if kw["method"] == "qlora" and import_bitsandbytes() is None:
         pytest.skip("QLoRA needs bitsandbytes, which is not installed here")
-    measured = full_cpu if case == "full" else timeline_measure.measure_timeline(TINY, **kw, device="cpu")
+    measured = full_cpu if case == "full" else timeline_measure._profile_step(warm_step(**CASES[case]), None)
     predicted = timeline.predicted_timeline(estimate_step(TINY, **kw, device="cpu"))
     peak_m, peak_p = tensor_total(measured.peak), tensor_total(max(predicted.points, key=tensor_total))
     assert abs(peak_m - peak_p) <= 0.05 * peak_p, (case, peak_m, peak_p)
@@ -172,48 +179,51 @@ def test_a_child_past_its_time_limit_is_stopped() -> None:
         timeline_measure.measure_timeline(TINY, method="full", **SHAPE, device="cpu", timeout_s=1)
 
 
-def test_no_memory_model_is_a_clear_runtime_error(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def full_step() -> Any:
+    """The full-tuning step of TINY at SHAPE, built in this process and warmed up (profiled by the tests below)."""
+    return warm_step(method="full")
+
+
+def test_no_memory_model_is_a_clear_runtime_error(monkeypatch: pytest.MonkeyPatch, full_step: Any) -> None:
     owner = next(c for c in torch.profiler.profile.__mro__ if "_memory_profile" in vars(c))
     monkeypatch.delattr(owner, "_memory_profile")
-    with pytest.raises(RuntimeError, match="needs torch's profiler memory model"):
-        timeline_measure._profile_step(object(), Path("."), history=None)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="needs torch's profiler memory model .*AttributeError"):
+        timeline_measure._profile_step(full_step, None)
 
 
-def test_an_export_that_fails_later_is_the_same_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_an_export_that_fails_later_is_the_same_clear_error(monkeypatch: pytest.MonkeyPatch, full_step: Any) -> None:
     """Another torch may export, then change the private event tree the phases are read from: the notebook's
     cell must get the one-line RuntimeError it catches (then it draws the prediction alone), not a traceback."""
-    from course_utils.measure import step_spec
-    from course_utils.training_step import _Step, build_model
-
-    spec = {**step_spec(TINY, method="full", **SHAPE, steps=1), "device": "cpu"}
-    step = _Step(spec, build_model(spec, torch.device("cpu")), torch.device("cpu"))
 
     def changed(*args: Any, **kwargs: Any) -> None:
         raise AttributeError("'_ProfilerResult' object has no attribute 'experimental_event_tree'")
 
     monkeypatch.setattr(timeline_measure, "_mark_times", changed)
     with pytest.raises(RuntimeError, match="needs torch's profiler memory model .*AttributeError"):
-        timeline_measure._profile_step(step, tmp_path, history=contextlib.nullcontext())
+        timeline_measure._profile_step(full_step, None)
 
 
 def test_tensors_the_profiler_leaves_unlabelled_are_filed_by_their_lifetime(
-    monkeypatch: pytest.MonkeyPatch, tmp_path
+    monkeypatch: pytest.MonkeyPatch, full_step: Any
 ) -> None:
     """A CUDA GPU's profiler files no category for the forward's saved tensors (seen on an H200): with every
     ACTIVATION label removed from a CPU step's memory model, the lifetime rule files the same bytes as activations
-    again, and without the rule they would be temporaries."""
+    again, and without the rule they would be temporaries. One step is profiled; its memory model is read thrice."""
     from torch.profiler import _memory_profiler as mp
 
-    from course_utils.measure import step_spec
-    from course_utils.training_step import _Step, build_model
+    profiled: dict[str, Any] = {}
+    read_events = timeline_measure._raw_events
 
-    def profiled() -> Any:
-        spec = {**step_spec(TINY, method="full", **SHAPE, steps=1), "device": "cpu"}
-        step = _Step(spec, build_model(spec, torch.device("cpu")), torch.device("cpu"))
-        step.run(count=False)
-        return timeline_measure._profile_step(step, tmp_path, history=contextlib.nullcontext())
+    def keep_the_profile(prof: Any, dev: Any, marks: Any) -> Any:
+        profiled.update(prof=prof, dev=dev, marks=marks)
+        return read_events(prof, dev, marks)
 
-    labelled = profiled()
+    monkeypatch.setattr(timeline_measure, "_raw_events", keep_the_profile)
+    labelled = timeline_measure._profile_step(full_step, None)
+
+    def read_again() -> Timeline:
+        return timeline_measure._timeline(read_events(**profiled), profiled["marks"], "CPU")
 
     class Unlabelled:
         def __init__(self, categories: Any) -> None:
@@ -230,12 +240,12 @@ def test_tensors_the_profiler_leaves_unlabelled_are_filed_by_their_lifetime(
         self.categories = Unlabelled(self.categories)
 
     monkeypatch.setattr(mp.MemoryProfileTimeline, "__init__", without_activation_labels)
-    relabelled = profiled()
+    relabelled = read_again()
     assert labelled.kind_max("activations") > 0
     assert relabelled.kind_max("activations") == pytest.approx(labelled.kind_max("activations"), rel=0.02)
     assert relabelled.kind_max("temporaries") == pytest.approx(labelled.kind_max("temporaries"), rel=0.02)
     monkeypatch.setattr(timeline_measure, "_phase_at", lambda t, marks: "backward")  # the rule switched off
-    unruled = profiled()
+    unruled = read_again()
     assert unruled.kind_max("activations") < 0.05 * labelled.kind_max("activations")
     assert unruled.kind_max("temporaries") > labelled.kind_max("temporaries") + 0.5 * labelled.kind_max("activations")
 
@@ -281,12 +291,7 @@ def test_allocator_history_call_order(monkeypatch: pytest.MonkeyPatch, tmp_path)
     path = tmp_path / timeline_measure.SNAPSHOT_NAME
     with timeline_measure._allocator_history(path):
         calls.append("step")
-    assert calls == [
-        ("record", {"max_entries": 100_000}),
-        "step",
-        ("dump", str(path)),
-        ("record", {"enabled": None}),
-    ]
+    assert calls == [("record", {"max_entries": 100_000}), "step", ("dump", str(path)), ("record", {"enabled": None})]
     calls.clear()
     with pytest.raises(torch.cuda.OutOfMemoryError), timeline_measure._allocator_history(path):
         raise torch.cuda.OutOfMemoryError("simulated")
@@ -298,4 +303,3 @@ def test_profiler_device_names_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert timeline_measure._profiler_device(torch.device("cuda")) == "cuda:0"
     assert timeline_measure._profiler_device(torch.device("cuda", 1)) == "cuda:1"
     assert timeline_measure._profiler_device(torch.device("cpu")) == "cpu"
-    assert timeline_measure._where(torch.device("cuda")) == "cuda:0 (NVIDIA L4)"

@@ -1,68 +1,71 @@
-"""course_utils.unsloth: the Unsloth cell runs only with Unsloth, a CUDA GPU and the Hub; never pip-installed."""
+"""Unsloth in notebook 01b: shown as the code of a runtime of its own, never imported in the notebook's kernel.
+
+Unsloth patches torch, transformers and peft when it is imported, so it must come first in a fresh kernel. 01b's
+kernel imports torch in its setup cell, so no code cell of 01b may import Unsloth (or pip-install anything); its
+Unsloth version is a Markdown code block whose first statement imports Unsloth, with the adapter of 01b's peft cells.
+"""
+
 from __future__ import annotations
 
+import ast
+import inspect
+import re
+import sys
 from pathlib import Path
 
-import pytest
-import torch
+from course_utils import lora
 
-from course_utils import unsloth
-from course_utils.hub import REAL_MODEL
-from course_utils.hub import ModelChoice
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import build_notebooks  # noqa: E402 - after the path line above
 
-
-def _cuda(monkeypatch: pytest.MonkeyPatch, present: bool) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
-
-
-def test_unsloth_plan(monkeypatch) -> None:
-    real = ModelChoice(REAL_MODEL, False, "gpu and hub")
-    standin = ModelChoice("/tmp/x", True, "HF_HUB_OFFLINE is set")
-    _cuda(monkeypatch, False)
-    plan = unsloth.unsloth_plan(real)
-    assert not plan.run and "skipped" in plan.reason and "CUDA GPU" in plan.reason
-    assert "peft cells above did the same job" in plan.message() and "pip install unsloth" in plan.message()
-    _cuda(monkeypatch, True)
-    plan = unsloth.unsloth_plan(standin)
-    assert not plan.run and "Hub" in plan.reason and "HF_HUB_OFFLINE" in plan.reason
-    monkeypatch.setattr(unsloth, "unsloth_importable", lambda: True)
-    plan = unsloth.unsloth_plan(real)
-    assert plan.run and plan.command is None and "same job" not in plan.message()
-    with pytest.raises(TypeError, match="choice"):
-        unsloth.unsloth_plan("Qwen/Qwen2.5-1.5B-Instruct")  # type: ignore[arg-type]
+NOTEBOOK = ROOT / "notebooks" / "src" / "01b_real_models_qlora.py"
+#: What Unsloth patches on import: none of them may be imported before it.
+PATCHED = ("torch", "transformers", "peft")
 
 
-@pytest.mark.parametrize("colab", [True, False])
-def test_unsloth_is_never_installed_into_a_running_kernel(monkeypatch, colab: bool) -> None:
-    """Missing Unsloth on a GPU with the Hub: skip, and print the command for a *fresh* runtime."""
-    real = ModelChoice(REAL_MODEL, False, "gpu and hub")
-    _cuda(monkeypatch, True)
-    monkeypatch.setattr(unsloth, "unsloth_importable", lambda: False)
-    monkeypatch.setattr(unsloth, "on_colab", lambda: colab)
-    plan = unsloth.unsloth_plan(real)
-    assert not plan.run and not hasattr(plan, "install")
-    text = plan.message()
-    assert "restart" in text.lower() or "new kernel" in text
-    if colab:
-        expected = "In a fresh Colab runtime, run `!pip install unsloth` in the first cell"
-        assert expected in text.replace("To run it: in", "In")
-    else:
-        assert "`pip install unsloth` in a fresh environment" in text
-    assert "peft cells above did the same job" in text
+def _cells(kind: str) -> list[str]:
+    """The sources of 01b's cells of one kind ("code" or "markdown"), as the build makes them, but the setup cell
+    (which installs the course's packages on Colab before anything is imported)."""
+    cells = build_notebooks.parse_source(NOTEBOOK.read_text(encoding="utf-8"))
+    setup = build_notebooks.SETUP_CELL_METADATA
+    return [cell.source for cell in cells if cell.cell_type == kind and cell.metadata != setup]
 
 
-def test_unsloth_importable_reads_the_spec(monkeypatch) -> None:
-    import importlib.util
-
-    find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "unsloth" else find(name))
-    assert unsloth.unsloth_importable() is True
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "unsloth" else find(name))
-    assert unsloth.unsloth_importable() is False
+def _imports(tree: ast.AST) -> list[str]:
+    """The top-level package of every import in ``tree``, in source order."""
+    nodes = sorted((n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))), key=lambda n: n.lineno)
+    names = [[a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] for n in nodes]
+    return [name.split(".")[0] for group in names for name in group]
 
 
-def test_notebook_never_pip_installs_into_its_kernel() -> None:
-    source = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "01b_real_models_qlora.py").read_text(
-        encoding="utf-8")
-    code = "\n".join(line for line in source.splitlines() if not line.startswith("#"))
-    assert "pip" not in code and "subprocess" not in code
+def _unsloth_block() -> ast.Module:
+    """The Python code block of 01b's Unsloth section, shell lines (``!pip ...``) left out."""
+    blocks = [b for cell in _cells("markdown") for b in re.findall(r"```python\n(.*?)```", cell, flags=re.S)]
+    (block,) = [b for b in blocks if "FastLanguageModel" in b]
+    return ast.parse("\n".join(line for line in block.splitlines() if not line.lstrip().startswith("!")))
+
+
+def test_no_code_cell_of_the_notebook_imports_unsloth_or_pip_installs() -> None:
+    code = _cells("code")
+    assert code and all("unsloth" not in _imports(ast.parse(source)) for source in code)
+    assert not any("pip" in line for source in code for line in source.splitlines() if not line.startswith("#"))
+
+
+def test_the_unsloth_block_imports_unsloth_before_what_it_patches() -> None:
+    tree = _unsloth_block()
+    first = tree.body[0]
+    assert isinstance(first, ast.ImportFrom) and first.module == "unsloth"
+    assert not set(_imports(tree)) & set(PATCHED)  # the rest comes through Unsloth itself
+
+
+def test_the_unsloth_adapter_is_the_one_the_peft_cells_train() -> None:
+    (call,) = [
+        n
+        for n in ast.walk(_unsloth_block())
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "get_peft_model"
+    ]
+    given = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "model"}
+    defaults = inspect.signature(lora.add_lora).parameters  # the lesson's adapter: rank 16, alpha 16, 7 projections
+    assert given["r"] == defaults["r"].default and given["lora_alpha"] == defaults["alpha"].default
+    assert tuple(given["target_modules"]) == tuple(defaults["targets"].default)

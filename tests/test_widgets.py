@@ -5,6 +5,7 @@ scripts/test_colab.sh runs this file there). Outside a notebook an Output widget
 each redraw shows up in captured stdout, and an exception in a callback reaches the test. This checks the kernel
 side only: no browser front end runs ipywidgets 7 on JupyterLab 4, whose widget manager is the 8.x one.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,6 +40,7 @@ def _build(module: str, name: str, *args: Any, **kwargs: Any) -> Callable[[], An
         import importlib
 
         return getattr(importlib.import_module(f"course_utils.lessons.{module}"), name)(*args, **kwargs)
+
     return build
 
 
@@ -46,7 +48,9 @@ def _build(module: str, name: str, *args: Any, **kwargs: Any) -> Callable[[], An
 #: option indices to try (the matmul sizes above 512 would time real matmuls of seconds each).
 BUILDERS: dict[str, tuple[Callable[[], Any], dict[str, list[int]]]] = {
     "gradient_accumulation.micro_batch_widget": (
-        _build("gradient_accumulation", "micro_batch_widget", ROWS, 8000, 16), {}),
+        _build("gradient_accumulation", "micro_batch_widget", ROWS, 8000, 16),
+        {},
+    ),
     "mixed_precision.tiny_update_widget": (_build("mixed_precision", "tiny_update_widget", 1e-4), {}),
     "mixed_precision.matmul_widget": (_build("mixed_precision", "matmul_widget", "cpu"), {"matrix side": [1, 0]}),
     "quantization.eight_numbers_widget": (_build("quantization", "eight_numbers_widget"), {}),
@@ -84,7 +88,7 @@ def _moves(control: Any, only: dict[str, list[int]]) -> list[tuple[str, Any]]:
     if isinstance(control, w.Checkbox):
         return [("value", not control.value), ("value", control.value)]
     if isinstance(control, w.FloatLogSlider):
-        return [("value", control.base ** control.max), ("value", control.base ** control.min)]
+        return [("value", control.base**control.max), ("value", control.base**control.min)]
     if hasattr(control, "min") and hasattr(control, "max"):
         return [("value", control.max), ("value", control.min)]
     raise AssertionError(f"no test moves for {type(control).__name__} {control.description!r}: add them here")
@@ -123,8 +127,12 @@ def test_every_widget_builder_is_covered() -> None:
 
 def test_controls_the_course_uses_behave_alike_in_ipywidgets_7_and_8() -> None:
     """The few API points the widgets rely on, checked on whichever major version is installed."""
-    drop = w.Dropdown(options=[("one scale", 0), ("16", 16)], value=0, description="block size",
-                      style={"description_width": "initial"})
+    drop = w.Dropdown(
+        options=[("one scale", 0), ("16", 16)],
+        value=0,
+        description="block size",
+        style={"description_width": "initial"},
+    )
     drop.index = 1
     assert drop.value == 16 and drop.label == "16"
     log = w.FloatLogSlider(value=1e-4, base=10, min=-9, max=-1, step=0.05, readout_format=".2e")
@@ -138,13 +146,21 @@ def test_controls_the_course_uses_behave_alike_in_ipywidgets_7_and_8() -> None:
 
 #: Names and keywords that exist only in ipywidgets 8 (Colab has 7.7.1). ``tooltip`` is 8's name for 7's
 #: ``description_tooltip``; ``titles`` replaced 7's ``set_title``/``_titles`` on Tab and Accordion.
-IPYWIDGETS_8_ONLY = re.compile(r"\b(TagsInput|ColorsInput|FloatsInput|IntsInput|Stack|NaiveDatetimePicker|"
-                               r"DatetimePicker|TimePicker)\s*\(|\b(titles|tooltip|description_allow_html)\s*=")
+IPYWIDGETS_8_ONLY = re.compile(
+    r"\b(TagsInput|ColorsInput|FloatsInput|IntsInput|Stack|NaiveDatetimePicker|"
+    r"DatetimePicker|TimePicker)\s*\(|\b(titles|tooltip|description_allow_html)\s*="
+)
 
 
-@pytest.mark.parametrize("path", sorted([*(ROOT / "course_utils" / "widgets").glob("*.py"),
-                                         *(ROOT / "notebooks" / "src").glob("*.py")]), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(ROOT / "course_utils" / "lessons").glob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]),
+    ids=lambda p: p.name,
+)
 def test_no_ipywidgets_8_only_api(path: Path) -> None:
-    hits = [f"line {i}: {line.strip()}" for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-            if IPYWIDGETS_8_ONLY.search(line)]
+    hits = [
+        f"line {i}: {line.strip()}"
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if IPYWIDGETS_8_ONLY.search(line)
+    ]
     assert not hits, f"{path.name} uses an ipywidgets-8-only name (Colab has ipywidgets 7.7.1): {hits}"

@@ -6,6 +6,7 @@ code cell above it (assignment, for, with, import, def, class, walrus, except ..
 the solution itself; each ``module.attr`` chain on an imported module must name attributes that exist. Nothing is
 run (some solutions take minutes): modules are only imported, to look their attributes up.
 """
+
 from __future__ import annotations
 
 import ast
@@ -220,7 +221,7 @@ class Namespace:
                 try:
                     importlib.import_module(f"{obj.__name__}.{part}")
                 except ModuleNotFoundError:
-                    return f"{'.'.join(chain[:i + 1])!r}: module {obj.__name__} has no {part!r}"
+                    return f"{'.'.join(chain[: i + 1])!r}: module {obj.__name__} has no {part!r}"
             obj = getattr(obj, part)
         return None
 
@@ -283,12 +284,14 @@ def test_worked_solutions_use_only_what_the_notebook_defines(stem: str) -> None:
 # ---------------------------------------------------------------------------------------------- the checker itself
 def _source(code: str, solution: str, later_code: str = "print()") -> str:
     """A percent-format source: a code cell, a Markdown cell holding a worked solution, another code cell."""
+
     def comment(text: str) -> str:
         return "\n".join(f"# {line}".rstrip() for line in text.splitlines())
 
     details = f"<details><summary>Worked solution</summary>\n\n{solution}\n\n</details>"
-    return (f"# %% [markdown]\n# # A title\n\n# %%\n{code}\n\n# %% [markdown]\n{comment(details)}\n\n"
-            f"# %%\n{later_code}\n")
+    return (
+        f"# %% [markdown]\n# # A title\n\n# %%\n{code}\n\n# %% [markdown]\n{comment(details)}\n\n# %%\n{later_code}\n"
+    )
 
 
 def _problems(code: str, solution: str, later_code: str = "print()") -> list[str]:
@@ -303,8 +306,9 @@ def test_an_unknown_alias_is_reported_with_the_notebook_and_the_line() -> None:
 
 
 def test_a_defined_module_and_attribute_pass() -> None:
-    report = check_source(_source("from course_utils import memory",
-                                  'The estimator: `memory.estimate(3e9, "full").gb`.'), "NN_test")
+    report = check_source(
+        _source("from course_utils import memory", 'The estimator: `memory.estimate(3e9, "full").gb`.'), "NN_test"
+    )
     assert report.snippets == 1
     assert report.problems == []
 
@@ -323,27 +327,29 @@ def test_dotted_imports_with_an_alias_check_the_submodule() -> None:
 
 
 def test_every_way_a_cell_binds_a_name_counts() -> None:
-    code = "\n".join([
-        "a, (b, c) = 1, (2, 3)",
-        "for i in range(2):",
-        "    pass",
-        "with open(__file__) as fh:",
-        "    pass",
-        "if (w := 3):",
-        "    pass",
-        "try:",
-        "    pass",
-        "except ValueError as err:",
-        "    pass",
-        "def f():",
-        "    return 1",
-        "class K:",
-        "    pass",
-        "import json as js",
-        "from os import path as p",
-        "total: int = 0",
-        "total += 1",
-    ])
+    code = "\n".join(
+        [
+            "a, (b, c) = 1, (2, 3)",
+            "for i in range(2):",
+            "    pass",
+            "with open(__file__) as fh:",
+            "    pass",
+            "if (w := 3):",
+            "    pass",
+            "try:",
+            "    pass",
+            "except ValueError as err:",
+            "    pass",
+            "def f():",
+            "    return 1",
+            "class K:",
+            "    pass",
+            "import json as js",
+            "from os import path as p",
+            "total: int = 0",
+            "total += 1",
+        ]
+    )
     solution = "```python\nprint(a + b + c + i + w + total, fh, err, f(), K(), js.dumps(1), p.join('x'))\n```"
     assert _problems(code, solution) == []
 
@@ -361,8 +367,10 @@ def test_a_name_defined_only_after_the_solution_is_reported() -> None:
 
 
 def test_names_the_solution_binds_hold_across_its_block() -> None:
-    solution = "```python\ndef batch_loss(means, counts):\n    return sum(means) / sum(counts)\n```\n\n" \
-               "`sum(means) / len(means)` is the trap; `batch_loss([1.0], [2])` is right."
+    solution = (
+        "```python\ndef batch_loss(means, counts):\n    return sum(means) / sum(counts)\n```\n\n"
+        "`sum(means) / len(means)` is the trap; `batch_loss([1.0], [2])` is right."
+    )
     report = check_source(_source("x = 1", solution), "NN_test")
     assert report.snippets == 3
     assert report.problems == []
@@ -379,8 +387,10 @@ def test_a_name_bound_again_is_no_longer_checked_as_a_module() -> None:
 
 
 def test_prose_in_backticks_is_not_a_solution() -> None:
-    solution = "`ValueError`, `.int()`, `kept_gb = 0.283`, `q_proj` and `{\"team\": \"billing\"}`\n\n" \
-               "```bash\npython -m course_utils memory --nope\n```"
+    solution = (
+        '`ValueError`, `.int()`, `kept_gb = 0.283`, `q_proj` and `{"team": "billing"}`\n\n'
+        "```bash\npython -m course_utils memory --nope\n```"
+    )
     report = check_source(_source("x = 1", solution), "NN_test")
     assert report.snippets == 0
 

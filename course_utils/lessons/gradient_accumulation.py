@@ -3,11 +3,13 @@
 What a smaller micro-batch saves (memory) and costs (time), drawn from rows measured by
 :mod:`course_utils.accumulation`, whose functions also give every expected answer.
 """
-from __future__ import annotations
 
+import copy
+import math
 from functools import partial
 from typing import Any, Callable, Sequence
 
+import torch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from course_utils import accumulation as acc
@@ -18,8 +20,19 @@ from course_utils.lessons.kit import Feedback, plt
 from course_utils.units import format_bytes
 
 
-def plot_micro_batch_sweep(rows: Sequence[MicroBatchRow], highlight: int | None = None,
-                           budget_bytes: int | None = None) -> Any:
+def _draw_sweep(ax: Any, sizes: list[int], values: list[float], title: str, ylabel: str, color: str) -> None:
+    """One panel of the sweep: ``values`` over the micro-batch ``sizes``, both axes logarithmic, plain numbers."""
+    ax.plot(sizes, values, "o-", color=kit.COLORS[color], label="measured")
+    ax.set(title=title, xlabel="micro-batch size (examples)", ylabel=ylabel, yscale="log")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 100, not 10^2
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def plot_micro_batch_sweep(
+    rows: Sequence[MicroBatchRow], highlight: int | None = None, budget_bytes: int | None = None
+) -> Any:
     """Two panels over micro-batch size: activation memory (left) and time for the whole batch (right).
 
     ``highlight`` marks one micro-batch size; ``budget_bytes`` draws the activation memory a pretend GPU
@@ -33,28 +46,22 @@ def plot_micro_batch_sweep(rows: Sequence[MicroBatchRow], highlight: int | None 
         checks.positive(budget_bytes, "budget_bytes")
     sizes = [r.micro_batch_size for r in rows]
     batch = rows[0].micro_batch_size * rows[0].accumulation_steps
+    memory = [r.activation_bytes / 1e3 for r in rows]  # KB
+    times = [r.seconds * 1e3 for r in rows]  # ms
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.8))
     fig.suptitle(f"One batch of {batch}, run as micro-batches: same gradient, less memory, more time")
-    panels = (  # axes, values, colour, title, y label, legend corner
-        (ax_mem, [r.activation_bytes / 1e3 for r in rows], "measured", "Activation memory of one micro-batch",
-         "activation memory (KB)", "upper left"),
-        (ax_time, [r.seconds * 1e3 for r in rows], "estimate", f"Time for all {batch} examples (forward + backward)",
-         "wall time (ms)", "upper right"),
-    )
-    for ax, values, color, title, ylabel, corner in panels:
-        ax.plot(sizes, values, "o-", color=kit.COLORS[color], label="measured")
-        if budget_bytes is not None and ax is ax_mem:
-            ax.axhline(budget_bytes / 1e3, color=kit.COLORS["float16"], linestyle="--",
-                       label=f"room on the pretend GPU ({format_bytes(budget_bytes)})")
-        ax.set(title=title, xlabel="micro-batch size (examples)", ylabel=ylabel, yscale="log")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 100, not 10^2
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        if highlight is not None:
-            ax.plot([highlight], [values[sizes.index(highlight)]], "o", markersize=14, markerfacecolor="none",
-                    markeredgecolor="black", label=f"micro-batch {highlight}")
-        ax.legend(loc=corner, fontsize=8)
+    _draw_sweep(ax_mem, sizes, memory, "Activation memory of one micro-batch", "activation memory (KB)", "measured")
+    time_title = f"Time for all {batch} examples (forward + backward)"
+    _draw_sweep(ax_time, sizes, times, time_title, "wall time (ms)", "estimate")
+    if budget_bytes is not None:
+        room = f"room on the pretend GPU ({format_bytes(budget_bytes)})"
+        ax_mem.axhline(budget_bytes / 1e3, color=kit.COLORS["float16"], linestyle="--", label=room)
+    if highlight is not None:
+        ring = {"markersize": 14, "markerfacecolor": "none", "markeredgecolor": "black"}
+        for ax, values in ((ax_mem, memory), (ax_time, times)):
+            ax.plot([highlight], [values[sizes.index(highlight)]], "o", label=f"micro-batch {highlight}", **ring)
+    ax_mem.legend(loc="upper left", fontsize=8)
+    ax_time.legend(loc="upper right", fontsize=8)
     return kit.finish(fig)
 
 
@@ -75,15 +82,120 @@ def micro_batch_widget(rows: Sequence[MicroBatchRow], budget_bytes: int | None =
     import ipywidgets as w
 
     sizes = [r.micro_batch_size for r in rows]
-    if value not in sizes:
-        raise ValueError(f"value must be one of the measured sizes {sizes}, got {value!r}")
-    slider = w.SelectionSlider(options=sizes, value=value, description="micro-batch",
-                               continuous_update=False, style={"description_width": "initial"})
+    checks.choice(value, "value", sizes)
+    slider = w.SelectionSlider(options=sizes, value=value, description="micro-batch", continuous_update=False)
+    slider.style.description_width = "initial"
     return kit.interact_panel(partial(show_micro_batch, rows=rows, budget_bytes=budget_bytes), micro_batch_size=slider)
 
 
-#: Exercise 1: a recipe's effective batch on one GPU, the micro-batch that fits, and a colleague's uneven choice.
-_TRIPS_BATCH, _TRIPS_MICRO, _TRIPS_UNEVEN = 48, 8, 10
+#: Exercise 1: the check's three updates, each ``(batch size, micro-batches)``, on one model and optimizer as in a
+#: training loop. The last batch does not split evenly: ``x.chunk(4)`` cuts 10 examples into 3, 3, 3 and 1.
+_UPDATES = ((8, 4), (8, 4), (10, 4))
+#: Plain SGD's learning rate in the check: the weights move by lr x the gradient, which the check reads back.
+_LR = 0.5
+
+
+def _accumulation_case() -> tuple[torch.nn.Linear, torch.optim.SGD, list[tuple[torch.Tensor, torch.Tensor, int]]]:
+    """The check's linear layer (10 -> 1, float64, seed 0), its SGD optimizer, and one seeded batch per update."""
+    with torch.random.fork_rng(devices=[]):  # leave the caller's random stream alone
+        torch.manual_seed(0)
+        model = torch.nn.Linear(10, 1).double()
+    g = torch.Generator().manual_seed(0)
+    batches = [
+        (torch.randn(n, 10, generator=g, dtype=torch.float64), torch.randn(n, 1, generator=g, dtype=torch.float64), k)
+        for n, k in _UPDATES
+    ]
+    return model, torch.optim.SGD(model.parameters(), lr=_LR), batches
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``tensors`` (one per parameter), detached and flattened into one vector."""
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def _near(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """True when ``got`` is ``want`` up to float64 rounding (a relative 1e-6 of its size)."""
+    return bool(torch.isfinite(got).all()) and float((got - want).norm()) <= 1e-6 * float(want.norm())
+
+
+def _update_slips(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, previous: torch.Tensor | None
+) -> list[tuple[torch.Tensor, str]]:
+    """The gradient each typical slip gives on this update (from a copy of ``model``), with the hint it earns."""
+    probe = copy.deepcopy(model)
+    chunks = [_flat(acc.accumulated_gradients(probe, xb, yb)) for xb, yb in zip(x.chunk(k), y.chunk(k))]
+    splits = [_flat(acc.accumulated_gradients(probe, xb, yb)) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k))]
+    sizes = [len(xb) for xb in x.chunk(k)]
+    shares = " or ".join(f"1/{round(1 / w)}" for w in sorted(set(acc.weight_per_item(sizes, "micro_mean"))))
+    unweighted = (
+        f"x.chunk({k}) cuts {len(x)} examples into {', '.join(map(str, sizes))}: dividing each mean loss by {k} gives "
+        f"one example {shares} of the gradient instead of 1/{len(x)}. Weight each micro-batch's loss by its share of "
+        "the batch, len(xb) / len(x)."
+    )
+    once = "Zero once per update, before the loop (or after optimizer.step())."
+    wiped = f"zero_grad() inside the loop wipes the earlier ones. {once}"
+    too_large = (
+        f"The gradient is {k} times too large: each backward() adds into .grad, so divide each micro-batch's loss by "
+        f"the {k} micro-batches (more exactly: multiply it by len(xb) / len(x))."
+    )
+    slips = [
+        (sum(chunks), too_large),
+        (chunks[-1] / k, f"Only the last micro-batch's gradient is left: {wiped}"),
+        (chunks[-1], f"Only the last micro-batch's gradient is left, undivided: {wiped}"),
+        (sum(chunks) / k, unweighted),
+        (sum(splits) / k, unweighted),
+    ]
+    if previous is not None:
+        carried = (
+            f"This update also carried the previous update's gradient: .grad keeps adding up until you zero it. {once}"
+        )
+        slips.append((previous + _flat(acc.accumulated_gradients(probe, x, y)), carried))
+    return slips
+
+
+def check_accumulation_step(fn: Any) -> Feedback:
+    """Check ``fn(model, optimizer, x, y, micro_batches)``: one update equal to the big batch's, and its loss."""
+    name = "accumulation_step"
+    model, optimizer, batches = _accumulation_case()
+    steps: list[int] = []
+    optimizer.register_step_post_hook(lambda *_: steps.append(1))
+    hint = (
+        "Zero the gradients; for each micro-batch, backward() its mean loss times len(xb) / len(x); then one "
+        "optimizer.step(). Return the batch's loss, the sum of those weighted losses."
+    )
+    previous = None
+    for i, (x, y, k) in enumerate(batches, 1):
+        before = _flat(model.parameters())
+        want = _flat(acc.accumulated_gradients(copy.deepcopy(model), x, y))
+        with torch.no_grad():
+            want_loss = float(torch.nn.functional.mse_loss(model(x), y))
+        slips = _update_slips(model, x, y, k, previous)
+        steps.clear()
+        call = f"{name} on update {i} ({len(x)} examples, {k} micro-batches)"
+        got, feedback = kit.call_answer(fn, (model, optimizer, x, y, k), name=name, call=call, hint=hint)
+        if feedback is not None:
+            return feedback
+        if len(steps) != 1:
+            once = "Step once, after the loop: one update per batch."
+            none = "Call optimizer.step() once, after the loop, on the optimizer you are given."
+            return kit.wrong(f"{call} called optimizer.step() {len(steps)} times.", once if steps else none)
+        gradient = (before - _flat(model.parameters())) / _LR
+        if not _near(gradient, want):
+            slip = next((why for wrong_gradient, why in slips if _near(gradient, wrong_gradient)), hint)
+            return kit.wrong(f"{call} moved the weights differently from one step on the whole batch.", slip)
+        loss = kit.one_number(got)
+        if not isinstance(loss, float):
+            return kit.wrong(f"{name} should return the batch's loss, one number; got {type(got).__name__}.", hint)
+        if not math.isclose(loss, want_loss, rel_tol=1e-6):
+            summed = "Add up the weighted micro-batch losses (loss.item() each): their sum is the batch's loss."
+            return kit.wrong(f"{call} returned {loss:.6g}; the batch's mean loss is {want_loss:.6g}.", summed)
+        previous = want
+    last_x, _, last_k = batches[-1]
+    return kit.right(
+        f"{name} moves the weights exactly as one step on the whole batch, on all {len(batches)} updates, including "
+        f"{len(last_x)} examples in {last_k} micro-batches."
+    )
+
 
 #: Exercise 2's hand-made cases: ``((mean_losses, token_counts), batch loss)``. The first tells every typical
 #: mistake apart; the second has equal counts, where the mean of the means happens to be right.
@@ -95,58 +207,12 @@ _BATCH_LOSS_CASES: tuple[tuple[tuple[list[float], list[int]], float], ...] = (
 )
 
 
-def check_trips(steps: Any, last_trip_weight: Any) -> Feedback:
-    """Exercise 1: the steps for 48 = 8 x steps, and one example's weight in the short trip of a loop in 10s."""
-    batch, micro, uneven = _TRIPS_BATCH, _TRIPS_MICRO, _TRIPS_UNEVEN
-    trips = acc.trip_sizes(batch, uneven)
-    n_trips, last = len(trips), trips[-1]
-    # the answers: accumulation steps on one GPU, and each trip's mean divided by the trips, in the short trip
-    want_steps = acc.accumulation_steps_for(batch, micro)
-    weights = acc.weight_per_item(trips, "micro_mean")
-    want, others = weights[-1], weights[0]
-    first = kit.check_number(
-        steps, want_steps, name="steps", what=f"the number of micro-batches of {micro} per update",
-        rel_tol=0, abs_tol=1e-9,
-        mistakes=[(batch * micro, f"micro-batch x steps = batch, so divide: steps = {batch} / {micro}."),
-                  (micro / batch, f"Upside down: how many micro-batches of {micro} make {batch}?"),
-                  (micro, f"{micro} is the micro-batch size; the question asks how many of them make {batch}."),
-                  (batch, f"{batch} is the effective batch; the question asks how many micro-batches of {micro} "
-                          "make it.")],
-        hint=f"steps = effective batch / micro-batch (one GPU), as in acc.accumulation_steps_for({batch}, {micro}).")
-    if not first.correct:
-        return first
-    if kit.is_placeholder(last_trip_weight):
-        done = kit.unanswered("last_trip_weight", "the weight of one example of the last trip (e.g. 1 / 7)")
-        return Feedback(False, f"steps = {want_steps} is right; now {done.message}", answered=False)
-    second = kit.check_number(
-        last_trip_weight, want, name="last_trip_weight", what="the weight of one example of the last trip",
-        rel_tol=0.01,
-        mistakes=[(1 / batch, f"1/{batch} is what every example gets in the big batch, and what a correct loop "
-                              f"must give. This loop takes the mean over the trip's {last} examples, then divides "
-                              f"by {n_trips} trips."),
-                  (1 / (n_trips * uneven), f"1/{n_trips * uneven} is the weight of an example in a full trip of "
-                                           f"{uneven}. The last trip holds only {last}."),
-                  (1 / last, f"That is the trip's mean alone: the loop also divides by the {n_trips} trips."),
-                  (1 / n_trips, f"1/{n_trips} is the weight of the whole trip; its {last} examples share it."),
-                  (1 / (len(trips) - 1) / last, f"The loop runs {n_trips} trips, not {n_trips - 1}: "
-                                                f"{batch} = {' + '.join(map(str, trips))}.")],
-        hint=f"One example of a trip of n examples weighs (1 / n) x (1 / {n_trips}).")
-    if not second.correct:
-        return second
-    return kit.right(f"steps = {want_steps}, and last_trip_weight = 1/{round(1 / want)} = {want:g}: each of the "
-                 f"{last} examples of the short trip counts {want / others:.2f}x as much as the others (1/"
-                 f"{round(1 / others)}), instead of 1/{batch} for all. That is why acc.accumulation_steps_for("
-                 f"{batch}, {uneven}) refuses the split.")
-
-
 def token_case() -> tuple[list[float], list[int], float]:
     """Exercise 2's real case: the notebook's padded batch in micro-batches of 2 sequences.
 
     Returns each micro-batch's mean token loss, its real-token count, and the big batch's mean token loss, all
     from :class:`~course_utils.accumulation.TinyTokenModel` on :func:`~course_utils.accumulation.padded_token_batch`.
     """
-    import torch
-
     tokens, labels = acc.padded_token_batch()
     with torch.random.fork_rng(devices=[]):  # the model seeds torch's generator: leave the caller's untouched
         model = acc.TinyTokenModel()
@@ -158,19 +224,29 @@ def token_case() -> tuple[list[float], list[int], float]:
 
 #: Exercise 2's typical wrong formulas, each with the hint it earns.
 _BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], float], str], ...] = (
-    (lambda m, n: sum(m) / len(m),
-     "That is the mean of the micro-batch means: the padding trap. A micro-batch of 6 tokens then counts as much as "
-     "one of 58. Weight each mean by its number of tokens."),
-    (lambda m, n: sum(m),
-     "You added the means without dividing: the bug of forgetting `/ accumulation_steps`. Turn each mean back into "
-     "a sum (mean x its tokens), add them up, and divide by all the tokens."),
-    (lambda m, n: sum(a * b for a, b in zip(m, n)),
-     "That is the sum of every token's loss. Divide it by the total number of real tokens."),
-    (lambda m, n: sum(a * b for a, b in zip(m, n)) / len(m),
-     "Divide the summed token losses by the number of tokens, not by the number of micro-batches."),
-    (lambda m, n: sum(m) / sum(n),
-     "Each mean is already divided by its own token count: multiply it back (mean x tokens) before dividing by "
-     "all the tokens."),
+    (
+        lambda m, n: sum(m) / len(m),
+        "That is the mean of the micro-batch means: the padding trap. A micro-batch of 6 tokens then counts as much as "
+        "one of 58. Weight each mean by its number of tokens.",
+    ),
+    (
+        lambda m, n: sum(m),
+        "You added the means without dividing: the bug of forgetting `/ accumulation_steps`. Turn each mean back into "
+        "a sum (mean x its tokens), add them up, and divide by all the tokens.",
+    ),
+    (
+        lambda m, n: sum(a * b for a, b in zip(m, n)),
+        "That is the sum of every token's loss. Divide it by the total number of real tokens.",
+    ),
+    (
+        lambda m, n: sum(a * b for a, b in zip(m, n)) / len(m),
+        "Divide the summed token losses by the number of tokens, not by the number of micro-batches.",
+    ),
+    (
+        lambda m, n: sum(m) / sum(n),
+        "Each mean is already divided by its own token count: multiply it back (mean x tokens) before dividing by "
+        "all the tokens.",
+    ),
 )
 
 
@@ -178,10 +254,14 @@ def check_batch_loss(fn: Any) -> Feedback:
     """Exercise 2: ``fn(mean_losses, token_counts)`` must give the batch's mean loss per real token."""
     means, counts, full = token_case()
     cases = [*_BATCH_LOSS_CASES, ((means, counts), full)]
-    hint = ("Each micro-batch's mean times its token count is its summed loss; add those up and divide by all the "
-            "real tokens of the batch.")
+    hint = (
+        "Each micro-batch's mean times its token count is its summed loss; add those up and divide by all the "
+        "real tokens of the batch."
+    )
     verdict = kit.check_function(fn, cases, name="batch_loss", rel_tol=1e-5, hint=hint, mistakes=_BATCH_LOSS_MISTAKES)
     if verdict.correct:
-        return kit.right(f"batch_loss gives the big batch's mean token loss on all {len(cases)} cases, including "
-                         f"the notebook's batch ({counts} tokens: {full:.4f}).")
+        return kit.right(
+            f"batch_loss gives the big batch's mean token loss on all {len(cases)} cases, including "
+            f"the notebook's batch ({counts} tokens: {full:.4f})."
+        )
     return verdict

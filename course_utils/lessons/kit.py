@@ -11,7 +11,6 @@
   every such answer can make); :func:`call_answer` calls a student's function for a checker of its own.
   Worked solutions stay in the notebooks.
 """
-from __future__ import annotations
 
 import copy
 import math
@@ -22,14 +21,25 @@ import matplotlib
 
 from course_utils.units import GB
 
-matplotlib.rcParams.update({"figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False,
-                            "axes.grid": True, "grid.alpha": 0.3, "font.size": 10})
+matplotlib.rc("figure", dpi=100)
+matplotlib.rc("axes", grid=True)
+matplotlib.rc("axes.spines", top=False, right=False)
+matplotlib.rc("grid", alpha=0.3)
+matplotlib.rc("font", size=10)
 
 import matplotlib.pyplot as plt  # noqa: E402 - after the style settings above, which it reads
 
 #: Colours used across the module, so a format keeps its colour from one chart to the next.
-COLORS = {"float32": "#4C72B0", "bfloat16": "#55A868", "float16": "#C44E52", "int8": "#8172B2",
-          "int4": "#CCB974", "nf4": "#64B5CD", "estimate": "#4C72B0", "measured": "#DD8452"}
+COLORS = {
+    "float32": "#4C72B0",
+    "bfloat16": "#55A868",
+    "float16": "#C44E52",
+    "int8": "#8172B2",
+    "int4": "#CCB974",
+    "nf4": "#64B5CD",
+    "estimate": "#4C72B0",
+    "measured": "#DD8452",
+}
 
 
 def new_figure(title: str, xlabel: str, ylabel: str, figsize: tuple[float, float] = (7.0, 3.6)) -> tuple[Any, Any]:
@@ -115,14 +125,41 @@ def unanswered(name: str, what: str) -> Feedback:
     return Feedback(False, f"replace the ... in {name} with {what}, then run this cell again.", answered=False)
 
 
+def unwritten(todo: str) -> Feedback:
+    """Feedback for a function the learner has not written yet: ``todo`` says what to do next."""
+    return Feedback(False, f"{todo}, then run this cell again.", answered=False)
+
+
 def is_placeholder(value: Any) -> bool:
     """True for ``...`` and ``None``, the placeholders of an unanswered exercise (``answer = ...``)."""
     return value is ... or value is None
 
 
-def check_number(value: Any, expected: float, *, name: str, what: str, rel_tol: float = 0.02, abs_tol: float = 0.0,
-                 mistakes: Sequence[tuple[float, str]] = (), hint: str = "", unit: str = "", why: str = "") -> Feedback:
-    """Check a numeric answer against ``expected`` within ``rel_tol`` (relative) or ``abs_tol`` (absolute).
+def one_number(value: Any) -> Any:
+    """A one-value answer (int, float, numpy number, one-value tensor) as a float; anything else (a bool, a string, a
+    list, a tensor of several values) unchanged."""
+    if isinstance(value, (str, bytes, bool)):
+        return value
+    try:
+        return float(value.detach() if hasattr(value, "detach") else value)  # a tensor: without its graph
+    except (TypeError, ValueError, RuntimeError):  # a tensor of several values raises RuntimeError
+        return value
+
+
+def check_number(
+    value: Any,
+    expected: float,
+    *,
+    name: str,
+    what: str,
+    rel_tol: float = 0.02,
+    abs_tol: float = 0.0,
+    mistakes: Sequence[tuple[float, str]] = (),
+    hint: str = "",
+    unit: str = "",
+    why: str = "",
+) -> Feedback:
+    """Check a numeric answer (any :func:`one_number`) against ``expected`` within ``rel_tol`` or ``abs_tol``.
 
     ``mistakes`` lists typical wrong values with the hint each one earns (matched with the same tolerance, in
     order); any other wrong value earns ``hint``. An answer in GB (``unit="GB"``) also gets a hint for the two
@@ -131,17 +168,20 @@ def check_number(value: Any, expected: float, *, name: str, what: str, rel_tol: 
     numbers with thousands separators (25,362,432), smaller ones as ``:g`` writes them.
     """
     if unit == "GB":
-        mistakes = [*mistakes,
-                    (expected * GB / 2**30, "That is in GiB (2^30 bytes); the course writes GB = 10^9 bytes."),
-                    (expected * GB, "That looks like bytes: divide by 1e9 to write it in GB.")]
+        mistakes = [
+            *mistakes,
+            (expected * GB / 2**30, "That is in GiB (2^30 bytes); the course writes GB = 10^9 bytes."),
+            (expected * GB, "That looks like bytes: divide by 1e9 to write it in GB."),
+        ]
     if is_placeholder(value):
         return unanswered(name, what)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        got = type(value).__name__ if not isinstance(value, (int, float)) or isinstance(value, bool) else value
+    value = one_number(value)
+    if not isinstance(value, float) or not math.isfinite(value):
+        got = value if isinstance(value, float) else type(value).__name__
         return wrong(f"{name} should be a finite number, got {got!r}.", f"Write {what}, as a plain number.")
-    shown = _shown(float(value), unit)
+    shown = _shown(value, unit)
     if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
-        return right(f"{name} = {shown} (expected {_shown(expected, unit)})." + (f" {why}" if why else ""))
+        return right(f"{name} = {shown} (expected {_shown(expected, unit)}). {why}".rstrip())
     for mistake, slip in mistakes:
         if math.isclose(value, mistake, rel_tol=rel_tol, abs_tol=abs_tol):
             return wrong(f"{name} = {shown} is a common slip.", slip)
@@ -154,8 +194,15 @@ def _shown(value: float, unit: str) -> str:
     return f"{number} {unit}" if unit else number
 
 
-def check_choice(value: Any, expected: Any, *, name: str, options: Iterable[Any],
-                 hints: Mapping[Any, str] | None = None, why: str = "") -> Feedback:
+def check_choice(
+    value: Any,
+    expected: Any,
+    *,
+    name: str,
+    options: Iterable[Any],
+    hints: Mapping[Any, str] | None = None,
+    why: str = "",
+) -> Feedback:
     """Check an answer that must be one of ``options`` (strings compare case-insensitively, trimmed)."""
     options = tuple(options)
     listed = ", ".join(repr(o) for o in options)
@@ -169,12 +216,19 @@ def check_choice(value: Any, expected: Any, *, name: str, options: Iterable[Any]
     if picked is None:
         return wrong(f"{name} = {value!r} is not one of the options.", f"Choose one of {listed}.")
     if picked == expected:
-        return right(f"{name} = {picked!r}." + (f" {why}" if why else ""))
+        return right(f"{name} = {picked!r}. {why}".rstrip())
     return wrong(f"{name} = {picked!r} is not it.", (hints or {}).get(picked, ""))
 
 
-def check_function(fn: Any, cases: Sequence[tuple[tuple, Any]], *, name: str, rel_tol: float = 1e-6,
-                   hint: str = "", mistakes: Sequence[tuple[Callable[..., Any], str]] = ()) -> Feedback:
+def check_function(
+    fn: Any,
+    cases: Sequence[tuple[tuple, Any]],
+    *,
+    name: str,
+    rel_tol: float = 1e-6,
+    hint: str = "",
+    mistakes: Sequence[tuple[Callable[..., Any], str]] = (),
+) -> Feedback:
     """Call the student's ``fn`` on each ``(args, expected)`` case; report the first case it gets wrong.
 
     A function that raises ``NotImplementedError``, or returns ``...``/``None``, is "not written yet". Any other
@@ -188,8 +242,9 @@ def check_function(fn: Any, cases: Sequence[tuple[tuple, Any]], *, name: str, re
         if feedback is not None:
             return feedback
         if not _same(got, expected, rel_tol):
-            why = next((why for mistake, why in mistakes
-                        if all(_gives(fn, a, mistake(*a), rel_tol) for a, _ in cases)), hint)
+            why = next(
+                (why for mistake, why in mistakes if all(_gives(fn, a, mistake(*a), rel_tol) for a, _ in cases)), hint
+            )
             return wrong(f"{name}({shown}) returned {got!r}; expected {expected!r}.", why)
     return right(f"{name} gives the expected result on all {len(cases)} test cases.")
 
@@ -202,17 +257,17 @@ def call_answer(fn: Any, args: tuple, *, name: str, call: str, hint: str) -> tup
     is not a function, or a one-line report for any other exception (``call`` raised: its type and message).
     """
     if is_placeholder(fn):
-        return None, unanswered(name, "your function")
+        return None, unwritten(f"define {name} as a function")
     if not callable(fn):
         return None, wrong(f"{name} should be a function, got {type(fn).__name__}.", hint)
     try:
         got = fn(*args)
     except NotImplementedError:
-        return None, unanswered(name, "your code (the function body still raises NotImplementedError)")
+        return None, unwritten(f"replace the `raise NotImplementedError` line in {name} with your code")
     except Exception as err:  # noqa: BLE001 - a student's bug is reported in one line, never a traceback
         return None, wrong(f"{call} raised {type(err).__name__}: {err}", hint)
     if is_placeholder(got):
-        return None, unanswered(name, "a return statement (the function returns nothing yet)")
+        return None, unwritten(f"end {name} with a return statement (it returns nothing yet)")
     return got, None
 
 

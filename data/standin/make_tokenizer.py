@@ -6,6 +6,7 @@ spell every string, so no text is ever "unknown". Run from the repo root:
 
     .venv/bin/python data/standin/make_tokenizer.py
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,12 @@ def build() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=[SPECIAL], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[SPECIAL],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(lines, trainer=trainer)
     return tok
 
@@ -32,8 +37,14 @@ def build() -> Tokenizer:
 def main() -> None:
     tok = build()
     tok.save(str(HERE / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": SPECIAL, "eos_token": SPECIAL,
-              "pad_token": SPECIAL, "model_max_length": 8192, "clean_up_tokenization_spaces": False}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SPECIAL,
+        "eos_token": SPECIAL,
+        "pad_token": SPECIAL,
+        "model_max_length": 8192,
+        "clean_up_tokenization_spaces": False,
+    }
     (HERE / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     print(f"wrote tokenizer.json ({tok.get_vocab_size()} tokens) and tokenizer_config.json in {HERE}")
 

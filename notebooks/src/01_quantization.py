@@ -106,7 +106,7 @@ lesson.eight_numbers_widget()
 # ### Run it yourself: int8 by hand
 #
 # Write `quantize_int8(x)`: symmetric int8 with one scale, returning the codes and the scale. The check
-# tries four tensors, one whose extreme is negative.
+# tries four tensors, a matrix among them; in some the value furthest from zero is negative.
 
 # %%
 def quantize_int8(x):
@@ -126,8 +126,9 @@ lesson.check_quantize_int8(quantize_int8)
 #     return q, s
 # ```
 #
-# Typical slips: dividing by 128 (the symmetric levels stop at ±127), `x.max()` instead of `x.abs().max()`
-# (the extreme can be negative), and `.int()`, which cuts the fraction off instead of rounding.
+# Typical slips: dividing by 128 or 255 (the symmetric levels stop at ±127), `x.max()` instead of
+# `x.abs().max()` (the extreme can be negative), `.int()` or `floor`, which cut the fraction off instead of
+# rounding, and one scale per row instead of one for the whole tensor.
 #
 # </details>
 #

@@ -220,20 +220,35 @@ for config, name in ((standin.STANDIN_CONFIG, "SmolLM2-135M"), (models.QWEN3_CON
     print(lora.lora_count(config, r=16, alpha=16, targets=projections, name=name).summary())
 
 # %% [markdown]
-# ### Your turn: count a smaller adapter
+# ### Your turn: QLoRA's two calls as one function
 #
-# Rank 8 on `q_proj` and `v_proj` only, in all 30 layers of SmolLM2-135M. q_proj maps 576 → 576, v_proj
-# 576 → 192. How many trainable numbers?
+# Write `qlora_adapter(model)`: prepare the model for training, then add the adapter above (rank 16, lora_alpha
+# 16, the seven projections, a causal language model) and return the peft model. The check runs it on
+# SmolLM2-135M's shapes cut to two layers, in bfloat16 (no bitsandbytes needed), and compares what trains with
+# the recipe.
 
 # %%
-answer = ...  # trainable numbers of rank 8 on q_proj and v_proj, all layers
-lesson.check_lora_count(answer)
+def qlora_adapter(model):
+    """Prepare the model for training, then add the course's LoRA adapter: return the peft model."""
+    raise NotImplementedError  # your code: prepare_model_for_kbit_training, then LoraConfig and get_peft_model
+
+
+lesson.check_qlora_adapter(qlora_adapter)
 
 # %% [markdown]
 # <details><summary>Worked solution</summary>
 #
-# q_proj: 8 × (576 + 576) = 9,216; v_proj: 8 × (576 + 192) = 6,144. Per layer 15,360; over 30 layers
-# **460,800**, 0.34 % of the model.
+# ```python
+# def qlora_adapter(model):
+#     model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # as on this CPU
+#     config = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=projections,
+#                         task_type="CAUSAL_LM")
+#     return get_peft_model(model, config)  # the peft model, not the model passed in
+# ```
+#
+# In this order: `prepare_model_for_kbit_training` freezes every parameter, so after `get_peft_model` it would
+# freeze the adapters too. Typical slips: rank 8, only q_proj and v_proj, `lora_alpha` left at peft's default 8,
+# no `task_type`, `modules_to_save`.
 # </details>
 
 # %% [markdown]
@@ -309,26 +324,6 @@ print("loss, first and last 4 steps:", " ".join(f"{x:.2f}" for x in losses[:4]),
 # tell. These tickets are short and tidy; real ones are harder (04's team has French among theirs), so measure
 # on held-out tickets of your own. The stand-in learns the format too, but with random weights it cannot read
 # the tickets.
-
-# %% [markdown]
-# ### The Unsloth version
-#
-# Unsloth, an open-source library of faster GPU kernels for fine-tuning, does the same two steps. It needs a CUDA
-# GPU and the Hub, and it patches torch, transformers and peft on import, so install it in a *fresh* runtime.
-# This cell runs only where it is installed; elsewhere it says what to do.
-
-# %%
-from course_utils.unsloth import unsloth_plan
-
-plan = unsloth_plan(choice)
-print(plan.message())
-if plan.run:
-    from unsloth import FastLanguageModel
-
-    model_u, tokenizer_u = FastLanguageModel.from_pretrained(
-        model_name="unsloth/Qwen3-4B-Instruct-2507", max_seq_length=2048, load_in_4bit=True)  # frozen 4-bit base
-    model_u = FastLanguageModel.get_peft_model(model_u, r=16, lora_alpha=16, target_modules=projections)
-    model_u.print_trainable_parameters()  # under 1 %: 0.81 %, as counted above
 
 # %% [markdown]
 # ## Knowledge check
@@ -420,12 +415,30 @@ for config, name in ((footprint.LLAMA3_8B, "Llama-3-8B"), (footprint.LLAMA3_70B,
 # trained. Load again and switch the repacking off before generating, or train first.
 # </details>
 
+# %% [markdown]
+# ### The Unsloth version, in a runtime of its own
+#
+# Unsloth, an open-source library of faster GPU kernels for fine-tuning, does QLoRA's two steps in two calls. It
+# patches torch, transformers and peft when it is imported, so it must come first in a kernel that has not loaded
+# them: not this one. In a fresh runtime with a CUDA GPU (Colab: Runtime > Change runtime type > T4 GPU), run
+# `!pip install unsloth` in the first cell and this in the second; it downloads Qwen3-4B-Instruct-2507 from the Hub.
+#
+# ```python
+# from unsloth import FastLanguageModel  # first: before torch, transformers and peft
+#
+# model, tokenizer = FastLanguageModel.from_pretrained(
+#     model_name="unsloth/Qwen3-4B-Instruct-2507", max_seq_length=2048, load_in_4bit=True)  # frozen 4-bit base
+# model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, target_modules=[
+#     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # the adapter of step 2
+# model.print_trainable_parameters()  # under 1 %, as counted for Qwen3-4B in step 2
+# ```
+
 # %% [markdown] slide="notes"
 # ### On a GPU: what changes
 #
 # With a CUDA GPU (a Colab T4 is enough) every cell above runs on it: the 16-bit model in float16 on a T4 or
 # bfloat16 on Ampere and newer, the 4-bit maths in the same type, QLoRA with gradient checkpointing, the same
-# training steps (with loss scaling in float16), and the Unsloth cell if Unsloth was installed in a fresh runtime.
+# training steps (with loss scaling in float16). The Unsloth version above runs in a runtime of its own.
 # With the Hub, the next cell also loads Qwen2.5-1.5B-Instruct itself in 4 bits and measures what the meta device
 # computed: about 1.1 GB.
 
@@ -446,8 +459,8 @@ else:
 # %% [markdown]
 # ### Run it yourself: check your answers with the course's counters
 #
-# Compute Qwen3-4B-Instruct-2507's sizes (your first exercise) and count the rank-8 adapter on `q_proj` and
-# `v_proj` (your second) on SmolLM2-135M and on Qwen3-4B.
+# Compute Qwen3-4B-Instruct-2507's sizes (your first exercise), and count a smaller adapter than the recipe's,
+# rank 8 on `q_proj` and `v_proj`, on SmolLM2-135M and on Qwen3-4B.
 
 # %%
 # Your code here. Useful: footprint.computed_sizes, lora.lora_count(..., r=8, targets=[...])

@@ -170,26 +170,6 @@ fig = lesson.gradient_histogram(grads, scale=65_536.0)
 # green (× 65,536) is the same shape 4.8 to the right, almost all normal.
 
 # %% [markdown]
-# ### Your turn: a loss scale that fits
-#
-# Gradients run from $10^{-8}$ to $1.0$. Which scale lifts $10^{-8}$ to at least 6.1 × 10⁻⁵ (normal) while
-# $1.0$ stays at most 65,504: `1024`, `8192`, `65536` or `1048576`?
-
-# %%
-scale = ...  # 1024, 8192, 65536 or 1048576
-lesson.check_loss_scale(scale)
-
-# %% [markdown]
-# <details><summary>Worked solution</summary>
-#
-# The scale must be at least 6.1 × 10⁻⁵ / 10⁻⁸ ≈ 6,104, so that the tiny gradient is normal, and at most
-# 65,504 / 1.0, so that the large one does not overflow. Of the four, only **8192** ($2^{13}$) fits:
-# 10⁻⁸ × 8,192 ≈ 8.2 × 10⁻⁵. 1,024 leaves the small gradient subnormal; 65,536 turns 1.0 into `inf` (which
-# `GradScaler` would notice, skip the step and halve the scale); 1,048,576 overflows even more.
-#
-# </details>
-
-# %% [markdown]
 # ### What autocast does to the dtypes
 #
 # `torch.autocast` applies rules 1 to 3: bfloat16 on a CPU or an Ampere+ GPU (compute capability, NVIDIA's
@@ -225,7 +205,7 @@ with torch.autocast(device_type=device.type, dtype=dtype):
 
 # %% [markdown]
 # On a GPU all three print float32: CUDA autocast's float32 list has softmax, layer norm and the losses. The
-# CPU's list is mainly losses, so there softmax and layer norm keep their input's 16-bit type.
+# CPU's list is mainly losses: there softmax and layer norm keep their input's 16-bit type.
 
 # %% [markdown]
 # ## Benefits and trade-offs
@@ -307,7 +287,7 @@ for fmt in (torch.float32, torch.bfloat16, torch.float16):
 # float16 takes a slow generic path (often tens to hundreds of times slower), and bfloat16 is converted to
 # float32 for the maths, about as fast or slower, unless the CPU has bfloat16 matrix instructions (recent
 # Intel Xeons). A slow 16-bit row means "no matrix units for that type here" (a CPU; bfloat16 on a T4, which
-# emulates it), not "16 bits are slow" (details: "Going deeper").
+# emulates it), not "16 bits are slow".
 
 # %% [markdown]
 # ### The mixed-precision training loop
@@ -385,7 +365,45 @@ print(f"still learning after the skipped step, test accuracy above 85%: {fp16.te
 
 # %% [markdown]
 # A few early drops are normal; worry when the scale keeps falling towards 1 or the loss turns `nan`.
+
+# %% [markdown]
+# ### Your turn: the float16 step
 #
+# Write `fp16_step`, one float16 training step on the CPU: forward pass and cross-entropy loss under
+# `torch.autocast("cpu", dtype=torch.float16)`, then scale, backward, step, update, zero the gradients; return
+# the loss. The check's second batch, of three, is 1,000 times larger: it overflows.
+
+# %%
+def fp16_step(model, optimizer, scaler, x, y):
+    """One float16 training step with a GradScaler; returns the loss."""
+    raise NotImplementedError  # your code: autocast forward and loss, scaler.scale(loss).backward(), ...
+
+
+lesson.check_fp16_step(fp16_step)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# ```python
+# def fp16_step(model, optimizer, scaler, x, y):
+#     """One float16 training step with a GradScaler; returns the loss."""
+#     with torch.autocast("cpu", dtype=torch.float16):  # matrix multiplies in float16
+#         loss = F.cross_entropy(model(x), y)           # the loss in float32
+#     scaler.scale(loss).backward()  # scaled gradients: tiny ones are not flushed to zero
+#     scaler.step(optimizer)         # divides them by the scale; skips the step if one is inf or nan
+#     scaler.update()                # halves the scale after an overflow
+#     optimizer.zero_grad()
+#     return loss
+# ```
+#
+# Typical slips: `loss.backward()` on the unscaled loss (the update comes out 65,536 times too small);
+# `optimizer.step()` instead of `scaler.step(optimizer)` (65,536 times too large, and an overflow is not
+# skipped); no `scaler.update()` (the scale never falls); no `optimizer.zero_grad()` (step 2's inf gradients
+# stay in `.grad` and spoil step 3).
+#
+# </details>
+
+# %% [markdown]
 # ### One setting in the libraries
 #
 # `TrainingArguments(bf16=True)` on Ampere+, `fp16=True` on a T4; a CPU also needs `use_cpu=True`.

@@ -57,32 +57,6 @@ except ValueError as err:
     print("micro-batch 24: ValueError:", err)
 
 # %% [markdown]
-# ### Your turn: how many trips?
-#
-# A recipe wants an effective batch of 48; your one GPU fits micro-batches of 8.
-#
-# 1. `steps`: how many accumulation steps?
-# 2. A colleague uses micro-batches of 10: trips of 10, 10, 10, 10 and 8 examples, each trip's **mean** loss
-#    divided by 5. In the big batch every example weighs 1/48. What does one example of the last trip weigh?
-#    Write `last_trip_weight` as a fraction such as `1 / 7`.
-
-# %%
-steps = ...             # accumulation steps for a batch of 48 in micro-batches of 8
-last_trip_weight = ...  # one example's weight in the last trip of 8, with micro-batches of 10
-lesson.check_trips(steps, last_trip_weight)
-
-# %% [markdown]
-# <details><summary>Worked solution</summary>
-#
-# 1. 48 ÷ 8 = **6** accumulation steps: `accumulation.accumulation_steps_for(48, 8)`.
-# 2. An example in a trip of *n* weighs 1/*n* (the trip's mean) × 1/5 (the five trips). The last trip: 1/(8 × 5)
-#    = **1/40**; the full trips: 1/50. The 8 short-trip examples count 1.25× as much as the others, which is why
-#    `accumulation.accumulation_steps_for(48, 10)` raises a `ValueError`. Pick a micro-batch that divides 48, or
-#    divide each trip's *summed* loss by 48 (the padding fix below).
-#
-# </details>
-
-# %% [markdown]
 # ### Check it: four trips, one gradient
 #
 # One batch of 64 against four micro-batches of 16, on the smallest model there is: a linear layer from 10
@@ -129,6 +103,45 @@ print(f"size against the full batch's gradient: {model.weight.grad.norm() / full
 # %% [markdown]
 # Exactly 4× too large: `.grad` holds the **sum** of four averages. With plain SGD that is a learning rate 4×
 # too high; with gradient clipping (capping the gradient's size), clipping 4× too hard.
+
+# %% [markdown]
+# ### Your turn: the accumulation loop
+#
+# Write `accumulation_step`: one update on the batch `(x, y)`, run as `micro_batches` slices
+# (`x.chunk(micro_batches)`), that moves the weights exactly as one step on the whole batch would. Return the
+# batch's loss (`loss_fn`). The check runs three updates with plain SGD; the last cuts 10 examples into 3, 3, 3
+# and 1, so weigh every example equally.
+
+# %%
+def accumulation_step(model, optimizer, x, y, micro_batches):
+    """One optimizer update on the batch (x, y), run as micro_batches slices; returns the batch's mean loss."""
+    raise NotImplementedError  # your code: zero the gradients, backward each slice's weighted loss, step once
+
+
+lesson.check_accumulation_step(accumulation_step)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# ```python
+# def accumulation_step(model, optimizer, x, y, micro_batches):
+#     """One optimizer update on the batch (x, y), run as micro_batches slices; returns the batch's mean loss."""
+#     optimizer.zero_grad()
+#     total = 0.0
+#     for xb, yb in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+#         loss = loss_fn(model(xb), yb) * len(xb) / len(x)  # each example weighs 1 / len(x)
+#         loss.backward()                                   # adds into .grad
+#         total += loss.item()
+#     optimizer.step()                                      # one update for the whole batch
+#     return total
+# ```
+#
+# With equal slices, `len(xb) / len(x)` is 1 / `micro_batches`: the division above. Typical slips: no division
+# (4× too large); zero_grad or the step inside the loop; no zero_grad at all (the next update carries this
+# one's gradient); dividing by `micro_batches` on the uneven split (the lone example weighs 1/4, the others
+# 1/12).
+#
+# </details>
 
 # %% [markdown]
 # ## Interactive demo: a batch of 64 on a GPU that fits 16
@@ -347,7 +360,7 @@ print("fixed, same gradient:", all(torch.allclose(a, b) for a, b in zip(big_batc
 # %%
 def batch_loss(mean_losses, token_counts):
     """The batch's mean loss per real token, from each micro-batch's mean token loss and real-token count."""
-    raise NotImplementedError  # your code here
+    raise NotImplementedError  # your code: turn each mean back into a sum, add them up, divide by all tokens
 
 
 lesson.check_batch_loss(batch_loss)

@@ -122,106 +122,44 @@ BASE = {"method": "full", "batch": 4, "seq": 256}
 print(f"{Architecture.from_config(MINI).params:,} parameters")
 
 # %% [markdown]
-# ### Each trick in code
+# ### Your turn: read a step's peak
 #
-# Each trick is a line or two of plain PyTorch. The recipe: **reset the peak counter, train, read the peak**. On
-# a GPU the counter is PyTorch's allocator; on a CPU, the process's peak resident memory (freed memory handed
-# back first, so it tracks live tensors). Two steps each: the first creates the optimizer's states. Each cell
-# prints the peak above the memory in use at the reset, before its model existed.
+# On a GPU, PyTorch's allocator counts the bytes its tensors hold and keeps the most since its last reset:
+# `torch.cuda.reset_peak_memory_stats()` resets it, `torch.cuda.max_memory_allocated()` reads the peak and
+# `torch.cuda.memory_allocated()` what is held now. Write `step_peak`: reset the peak counter, run `step()` once,
+# return the peak in bytes. The check replays the miniature's predicted step, with and without checkpointing, on
+# a stand-in `counter` that earlier work has left at a larger peak: the same on every machine.
 
 # %%
-import ctypes
-import gc
-import platform
-
 import torch
-from course_utils import peak
-from course_utils.quiet import import_bitsandbytes, quiet_libraries
-
-with quiet_libraries():  # on some CPUs bitsandbytes, imported on the way, prints a notice about an optional package
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-GLIBC = platform.libc_ver()[0] == "glibc"  # Linux's usual C library, whose allocator keeps freed memory
-if GLIBC:
-    libc = ctypes.CDLL(None)
-    libc.mallopt(-3, 65536)  # M_MMAP_THRESHOLD: blocks over 64 KiB get memory of their own, returned when freed
 
 
-def reset_peak():
-    """Reset the peak counter; return the memory in use now."""
-    gc.collect()
-    if DEVICE.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        return torch.cuda.memory_allocated()
-    if GLIBC:
-        libc.malloc_trim(0)  # hand freed memory back: resident memory then tracks live tensors
-    peak.reset_rss_high_water_mark()  # the CPU's stand-in (Linux): the process's peak resident memory
-    return peak.rss_high_water_mark_bytes()
+def step_peak(step, counter=torch.cuda):
+    """Reset the peak counter, run step() once, read the peak: the most bytes tensors held during the step."""
+    raise NotImplementedError  # your code here
 
 
-def read_peak():
-    """The peak since the reset."""
-    if DEVICE.type == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return peak.rss_high_water_mark_bytes()
-
-
-def mini_model():
-    """The miniature, random float32 weights (seed 0)."""
-    _ = torch.manual_seed(0)
-    config = AutoConfig.for_model(**{**MINI, "use_cache": False})
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(DEVICE).train()
-
-
-def train(model, optimizer, steps=2):
-    """``steps`` training steps on random tokens, batch 4 x 256."""
-    for _ in range(steps):
-        ids = torch.randint(0, MINI["vocab_size"], (4, 256), device=DEVICE)
-        model(input_ids=ids, labels=ids).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-
-model = mini_model()
-train(model, torch.optim.AdamW(model.parameters()), steps=1)  # loads the kernels once, before any reading
-del model
-
-# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
-start = reset_peak()  # 1. reset the peak counter
-model = mini_model()
-train(model, torch.optim.AdamW(model.parameters(), lr=1e-4))  # 2. train
-print(f"baseline:      {(read_peak() - start) / 1e9:.2f} GB peak above start")  # 3. read the peak
-
-# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
-del model
-start = reset_peak()
-model = mini_model()
-if hasattr(model, "activation_checkpointing_enable"):  # its name since transformers 5
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-else:
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-train(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
-print(f"checkpointing: {(read_peak() - start) / 1e9:.2f} GB peak above start")
-
-# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
-bnb = import_bitsandbytes()  # None when bitsandbytes is not installed
-del model
-if bnb is None:
-    print("8-bit AdamW skipped: bitsandbytes is not installed (pip install bitsandbytes)")
-else:
-    start = reset_peak()
-    model = mini_model()
-    train(model, bnb.optim.AdamW8bit(model.parameters(), lr=1e-4))
-    print(f"8-bit AdamW:   {(read_peak() - start) / 1e9:.2f} GB peak above start")
-    del model
-if GLIBC:
-    libc.mallopt(-3, 128 * 1024)  # glibc's default threshold back, as this kernel had it
+lesson.check_step_peak(step_peak)
 
 # %% [markdown]
-# The helper `tricks.measure_tricks` measures the same tricks, plus 16-bit autocast and accumulation, each in a
-# fresh process, next to its estimate. A step that fails gets a *skipped* row. 16-bit means bfloat16 (float16 on
-# a T4). `torch.compile` is skipped on a CPU, where compiling takes minutes (`TRY_COMPILE_ON_CPU = True` tries
-# it); a tiny model shows it below.
+# <details><summary>Worked solution</summary>
+#
+# ```python
+# def step_peak(step, counter=torch.cuda):
+#     counter.reset_peak_memory_stats()      # 1. forget earlier peaks
+#     step()                                 # 2. train one step
+#     return counter.max_memory_allocated()  # 3. the most bytes tensors held since the reset
+# ```
+#
+# Without the reset it reports the earlier, larger peak; read before `step()` it reports the weights and states
+# alone; what is held after the step (`memory_allocated`) misses the activations, freed by then.
+#
+# </details>
+#
+# A CPU has no allocator counter: there the course's tracker, `peak.track_peak`, resets and reads the process's
+# peak resident memory ("Going deeper" measures each trick so, in code). `tricks.measure_tricks` measures each
+# trick in a fresh process, next to its estimate. A step that fails gets a *skipped* row. 16-bit means bfloat16 (float16 on a T4). `torch.compile` is skipped on a CPU, where
+# compiling takes minutes (`TRY_COMPILE_ON_CPU = True` tries it); a tiny model shows it below.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="measured peaks and timings, different on every machine and run."
 TRY_COMPILE_ON_CPU = False
@@ -432,25 +370,6 @@ shutil.rmtree(cache_dir, ignore_errors=True)
 # tensor in memory, slow next to the arithmetic (T4 datasheet: 8.1 TFLOP/s fp32, 320 GB/s); fusing saves
 # that traffic. The line above says which case applied here.
 #
-# ### Your turn: what does 8-bit AdamW keep?
-#
-# Full fine-tuning of SmolLM2-135M trains 134,515,008 numbers. 8-bit AdamW keeps 2 states of 1 byte per
-# number, plus one float32 scale per state for every block of 256 numbers. How many **GB** is that?
-
-# %%
-state_gb = ...  # your answer, in GB
-lesson.check_adamw8bit_state(state_gb)
-
-# %% [markdown]
-# <details><summary>Worked solution</summary>
-#
-# States: 2 × 134,515,008 × 1 byte = 269,030,016 bytes. Scales: 134,515,008 / 256 = 525,450 blocks (rounded
-# up), × 2 states × 4 bytes = 4,203,600 bytes. Total 273,233,616 bytes: `state_gb = 0.273`. The estimator
-# says 0.2734 GB (the normalization weights, under 4,096 numbers each, stay in float32). AdamW in float32 keeps
-# 8 bytes per number, 1.076 GB: 8-bit AdamW saves 0.80 GB here.
-#
-# </details>
-#
 # ## In practice: a memory-efficient `TrainingArguments`
 #
 # A common recipe switches several tricks on in the Hugging Face `Trainer`'s settings, tried as written:
@@ -611,9 +530,9 @@ lesson.check_kwame_choice(choice)
 # %% [markdown]
 # ## Going deeper (optional)
 #
-# The rest of this notebook is for the curious: each trick's measurement explained, the CPU's 16-bit maths,
-# what the step's activations are and where the estimator's rules come from, six steps measured on another
-# CPU, and what the CPU counter reads.
+# The rest of this notebook is for the curious: each trick's measurement explained and in code, what 8-bit
+# AdamW keeps, the CPU's 16-bit maths, what the step's activations are and where the estimator's rules come from,
+# six steps measured on another CPU, and what the CPU counter reads.
 #
 # ### Each measurement, explained
 #
@@ -622,6 +541,123 @@ lesson.check_kwame_choice(choice)
 # %% tags=["nbval-ignore-output"] nbval_reason="verdicts on measured peaks and timings, different on every machine."
 for row in tricks.results_table(results):
     print(f"{row['trick']}\n  claim: {row['claim']}\n  here:  {row['measured']}")
+
+# %% [markdown]
+# ### Each trick in code
+#
+# Each trick is a line or two of plain PyTorch, measured with your `step_peak`'s recipe: **reset the peak
+# counter, train, read the peak**. On a GPU the counter is PyTorch's allocator; on a CPU, the process's peak
+# resident memory (freed memory handed back first, so it tracks live tensors). Two steps each: the first creates
+# the optimizer's states. Each cell prints the peak above the memory in use at the reset, before its model
+# existed.
+
+# %%
+import ctypes
+import gc
+import platform
+
+import torch
+from course_utils import peak
+from course_utils.quiet import import_bitsandbytes, quiet_libraries
+
+with quiet_libraries():  # on some CPUs bitsandbytes, imported on the way, prints a notice about an optional package
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+GLIBC = platform.libc_ver()[0] == "glibc"  # Linux's usual C library, whose allocator keeps freed memory
+if GLIBC:
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-3, 65536)  # M_MMAP_THRESHOLD: blocks over 64 KiB get memory of their own, returned when freed
+
+
+def reset_peak():
+    """Reset the peak counter; return the memory in use now."""
+    gc.collect()
+    if DEVICE.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    if GLIBC:
+        libc.malloc_trim(0)  # hand freed memory back: resident memory then tracks live tensors
+    peak.reset_rss_high_water_mark()  # the CPU's stand-in (Linux): the process's peak resident memory
+    return peak.rss_high_water_mark_bytes()
+
+
+def read_peak():
+    """The peak since the reset."""
+    if DEVICE.type == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return peak.rss_high_water_mark_bytes()
+
+
+def mini_model():
+    """The miniature, random float32 weights (seed 0)."""
+    _ = torch.manual_seed(0)
+    config = AutoConfig.for_model(**{**MINI, "use_cache": False})
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(DEVICE).train()
+
+
+def train(model, optimizer, steps=2):
+    """``steps`` training steps on random tokens, batch 4 x 256."""
+    for _ in range(steps):
+        ids = torch.randint(0, MINI["vocab_size"], (4, 256), device=DEVICE)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+model = mini_model()
+train(model, torch.optim.AdamW(model.parameters()), steps=1)  # loads the kernels once, before any reading
+del model
+
+# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
+start = reset_peak()  # 1. reset the peak counter
+model = mini_model()
+train(model, torch.optim.AdamW(model.parameters(), lr=1e-4))  # 2. train
+print(f"baseline:      {(read_peak() - start) / 1e9:.2f} GB peak above start")  # 3. read the peak
+
+# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
+del model
+start = reset_peak()
+model = mini_model()
+if hasattr(model, "activation_checkpointing_enable"):  # its name since transformers 5
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+else:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+train(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+print(f"checkpointing: {(read_peak() - start) / 1e9:.2f} GB peak above start")
+
+# %% tags=["nbval-ignore-output"] nbval_reason="a measured peak, different on every machine and run."
+bnb = import_bitsandbytes()  # None when bitsandbytes is not installed
+del model
+if bnb is None:
+    print("8-bit AdamW skipped: bitsandbytes is not installed (pip install bitsandbytes)")
+else:
+    start = reset_peak()
+    model = mini_model()
+    train(model, bnb.optim.AdamW8bit(model.parameters(), lr=1e-4))
+    print(f"8-bit AdamW:   {(read_peak() - start) / 1e9:.2f} GB peak above start")
+    del model
+if GLIBC:
+    libc.mallopt(-3, 128 * 1024)  # glibc's default threshold back, as this kernel had it
+
+# %% [markdown]
+# ### Your turn: what does 8-bit AdamW keep?
+#
+# Full fine-tuning of SmolLM2-135M trains 134,515,008 numbers. 8-bit AdamW keeps 2 states of 1 byte per
+# number, plus one float32 scale per state for every block of 256 numbers. How many **GB** is that?
+
+# %%
+state_gb = ...  # your answer, in GB
+lesson.check_adamw8bit_state(state_gb)
+
+# %% [markdown]
+# <details><summary>Worked solution</summary>
+#
+# States: 2 × 134,515,008 × 1 byte = 269,030,016 bytes. Scales: 134,515,008 / 256 = 525,450 blocks (rounded
+# up), × 2 states × 4 bytes = 4,203,600 bytes. Total 273,233,616 bytes: `state_gb = 0.273`. The estimator
+# says 0.2734 GB (the normalization weights, under 4,096 numbers each, stay in float32). AdamW in float32 keeps
+# 8 bytes per number, 1.076 GB: 8-bit AdamW saves 0.80 GB here.
+#
+# </details>
 
 # %% [markdown]
 # ### 16-bit maths on this CPU
@@ -788,6 +824,7 @@ print(f"git clone https://github.com/{about.REPO}.git && cd {about.REPO.split('/
       "python scripts/memory_sweep.py --methods lora,full --batches 1,4,8 --seqs 128 --checkpointing off "
       "--out my-sweep.json")
 
+# %% [markdown]
 # ### What the CPU counter reads
 #
 # On a CPU there is no allocator counter. The measurement reads the child process's peak resident memory:

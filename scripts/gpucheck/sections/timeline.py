@@ -1,4 +1,4 @@
-"""Section 9 of scripts/gpu_check.py: one training step's memory over time on the GPU, measured against predicted.
+"""Section 9: one training step's memory over time on the GPU, measured against predicted.
 
 The step is notebook 05's baseline (full fine-tuning of SmolLM2's miniature: 4 of its 30 layers, a vocabulary of
 8,192, batch 4 x 256). It is measured with ``course_utils.timeline_measure.measure_timeline`` (the profiler's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_check_core import Context, Outcome, Skip
+from ..runner import Context, Outcome, Skip
 
 #: Notebook 05's baseline step.
 TIMELINE_CASE = {"method": "full", "batch": 4, "seq": 256}
@@ -33,7 +33,10 @@ def section_timeline(ctx: Context, out: Outcome) -> None:
     config = miniature()
     try:
         measured = timeline_measure.measure_timeline(
-            config, **TIMELINE_CASE, device=ctx.device, timeout_s=max(5.0, ctx.left() - 5.0),
+            config,
+            **TIMELINE_CASE,
+            device=ctx.device,
+            timeout_s=max(5.0, ctx.left() - 5.0),
             out_dir=ctx.out_dir / "timeline",
         )
     except RuntimeError as err:  # no memory export in this torch: said, never passed
@@ -42,14 +45,21 @@ def section_timeline(ctx: Context, out: Outcome) -> None:
     peak_m, peak_p = timeline.tensor_total(measured.peak), timeline.tensor_total(predicted.peak)
     gap = 100.0 * (peak_p - peak_m) / peak_m
     out.data.update(timeline_gap_pct=round(gap, 2), timeline_files=dict(measured.files))
-    out.check(f"predicted tensor peak within {TIMELINE_LIMIT_PCT:g} % of the measured one",
-              abs(gap) <= TIMELINE_LIMIT_PCT, f"measured {peak_m / 1e9:.3f} GB, predicted {peak_p / 1e9:.3f} GB, "
-              f"{gap:+.1f} %")
-    out.check("the two peaks fall in the same phase", measured.peak.phase == predicted.peak.phase,
-              f"measured: {measured.peak.phase} ({measured.peak.label}); predicted: {predicted.peak.phase} "
-              f"({predicted.peak.label})")
-    rows = [[kind, round(measured.kind_max(kind) / 1e9, 4), round(predicted.kind_max(kind) / 1e9, 4)]
-            for kind in timeline.KINDS[1:]]
+    out.check(
+        f"predicted tensor peak within {TIMELINE_LIMIT_PCT:g} % of the measured one",
+        abs(gap) <= TIMELINE_LIMIT_PCT,
+        f"measured {peak_m / 1e9:.3f} GB, predicted {peak_p / 1e9:.3f} GB, {gap:+.1f} %",
+    )
+    out.check(
+        "the two peaks fall in the same phase",
+        measured.peak.phase == predicted.peak.phase,
+        f"measured: {measured.peak.phase} ({measured.peak.label}); predicted: {predicted.peak.phase} "
+        f"({predicted.peak.label})",
+    )
+    rows = [
+        [kind, round(measured.kind_max(kind) / 1e9, 4), round(predicted.kind_max(kind) / 1e9, 4)]
+        for kind in timeline.KINDS[1:]
+    ]
     out.table("Most bytes alive per kind, GB (notebook 05's baseline step)", ["kind", "measured", "predicted"], rows)
     for name, path in measured.files.items():
         out.note(f"{name}: {path} (open it at https://pytorch.org/memory_viz: the page runs in the browser)")

@@ -1,22 +1,22 @@
-"""Child processes: the /proc process tree, and ending every child the run started (the torch.compile child and its
-compilers, the DDP ranks and their fork server).
+"""Children and the watchdog: the /proc process tree, ending every child the run started (the torch.compile child
+and its compilers, the DDP ranks and their fork server), and the watchdog that stops the run at its budget."""
 
-Part of ``scripts/gpu_check.py`` (its module doc describes the whole check).
-"""
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+from .report import close_results, write_outputs
+from .runner import Clock
+from .settings import EXIT_FAILED
 
 
-# --------------------------------------------------------------------------------------------
-# Child processes: ended with the run
-# --------------------------------------------------------------------------------------------
 def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, int, str]]:
     """pid -> (parent pid, process group, state letter) of every process in ``proc`` (empty without /proc)."""
     table: dict[int, tuple[int, int, str]] = {}
@@ -29,7 +29,7 @@ def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, int, str]]
             stat = (entry / "stat").read_text()
         except OSError:  # the process ended meanwhile
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
         if len(fields) >= 3:
             table[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
     return table
@@ -60,7 +60,7 @@ def is_alive(pid: int) -> bool:
     except OSError:
         stat = ""
     if stat:
-        return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+        return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,3 +117,61 @@ def end_children(grace_s: float = 3.0, root: int | None = None, spare: Sequence[
     if left or groups:
         _signal_all(left, groups, signal.SIGKILL)  # the groups too: members that left the tree (orphans)
     return pids
+
+
+class Watchdog:
+    """Stops the whole run when the budget is spent: ends the child processes, writes what was found so far,
+    and exits with status 1."""
+
+    def __init__(self, results: dict[str, Any], out_dir: Path, clock: Clock) -> None:
+        self.results = results
+        self.out_dir = out_dir
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.done = False
+        self.timer = threading.Timer(max(1.0, clock.budget_s - clock.elapsed()), self.fire)
+        self.timer.daemon = True
+
+    def start(self) -> None:
+        """Arm the timer."""
+        self.timer.start()
+
+    def finish(self) -> bool:
+        """Called by the main thread when it is done: False if the watchdog already fired."""
+        self.timer.cancel()
+        with self.lock:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+    def fire(self) -> None:
+        """The budget is spent: mark what ran and what never started, end the children, write, exit 1."""
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            self.mark_unfinished()
+            self.results["stopped_by_watchdog"] = True
+            try:
+                with contextlib.suppress(Exception):
+                    self.results["ended_children"] = end_children(grace_s=1.0)
+                close_results(self.results, self.clock.elapsed())
+                _, md_path, markdown = write_outputs(self.results, self.out_dir)
+                where = f"\nResults: {md_path} and {md_path.with_suffix('.json')}\n"
+                sys.stdout.write(markdown + where + self.results["summary"]["line"] + "\n")
+                sys.stdout.flush()
+            finally:
+                os._exit(EXIT_FAILED)
+
+    def mark_unfinished(self) -> None:
+        """The section still running failed (stopped); those never started are skipped, with the reason."""
+        for rec in self.results["sections"]:
+            if rec["status"] == "running":
+                rec.update(
+                    status="failed",
+                    reason=f"still running when the {self.clock.budget_s:.0f} s budget ran out: the run was stopped",
+                    error={"type": "TimeoutError", "message": "stopped by the watchdog", "traceback": ""},
+                )
+            elif rec["status"] == "pending":
+                rec.update(status="skipped", reason="not started: the time budget ran out")
