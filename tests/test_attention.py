@@ -141,23 +141,8 @@ STEP = {"batch": 2, "seq": 16, "lora_rank": 4}
 
 def _tiny_step(method: str, autocast: str | None, checkpointing: bool, targets: tuple, attention: str) -> dict:
     """A real step of the tiny model, in this process (the counts are exact; no peak is read)."""
-    spec = {
-        **STEP,
-        "config": read_config(TINY),
-        "config_name": "tiny",
-        "method": method,
-        "targets": list(targets),
-        "checkpointing": checkpointing,
-        "optimizer": "adamw",
-        "autocast": autocast,
-        "compile": False,
-        "steps": 1,
-        "accumulation": 1,
-        "seed": 0,
-        "device": "cpu",
-        "kbit_preparation": True,
-        "attention": attention,
-    }
+    step = dict(method=method, targets=targets, checkpointing=checkpointing, autocast=autocast, attention=attention)
+    spec = {**measure.step_spec(TINY, **STEP, **step, steps=1), "device": "cpu"}
     return run_step(spec)
 
 

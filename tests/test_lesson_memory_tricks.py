@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from course_utils.architecture import Architecture
-from course_utils.configs import read_config
 from course_utils.lessons import memory_tricks as ex
 from course_utils.step_memory import estimate_step, saved_activations
 from course_utils.units import GB
@@ -269,7 +268,7 @@ def test_check_kwame_choice() -> None:
 
 
 #: 05's miniature of SmolLM2: 4 of its 30 layers, a vocabulary of 8,192.
-MINI_CASE = {"config": {**read_config("smollm2-135m"), "num_hidden_layers": 4, "vocab_size": 8192}}
+MINI_CASE = {"config": ex.miniature()}
 
 
 # --------------------------------------------------------------------------------------------

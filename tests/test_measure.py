@@ -144,29 +144,25 @@ def test_child_failure_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         measure_training_step(TINY, timeout_s=5)
 
 
+def fake_result(device: str) -> dict:
+    """What run_step returns, with nothing measured: for tests of what the step was asked to do."""
+    bytes_zero = dict.fromkeys(["baseline_bytes", "weights_bytes", "grads_bytes", "optimizer_bytes"], 0)
+    return {
+        **bytes_zero,
+        "peak_bytes": 1,
+        "saved_activations_bytes": 0,
+        "step_seconds": 0.1,
+        "device": device,
+        "what": device.upper(),
+    }
+
+
 def test_cuda_runs_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpu_sim import simulate
 
     seen = {}
     simulate(monkeypatch, "A100")
-    monkeypatch.setattr(
-        measure,
-        "run_step",
-        lambda spec: (
-            seen.setdefault("spec", spec)
-            and {
-                "peak_bytes": 1,
-                "baseline_bytes": 0,
-                "weights_bytes": 0,
-                "grads_bytes": 0,
-                "optimizer_bytes": 0,
-                "saved_activations_bytes": 0,
-                "step_seconds": 0.1,
-                "device": "cuda",
-                "what": "CUDA",
-            }
-        ),
-    )
+    monkeypatch.setattr(measure, "run_step", lambda spec: seen.setdefault("spec", spec) and fake_result("cuda"))
     m = measure_training_step(TINY, device="cuda", autocast="fp16")
     assert m.device == "cuda" and seen["spec"]["autocast"] == "float16" and seen["spec"]["device"] == "cuda"
 
@@ -299,24 +295,7 @@ def test_checkpointed_step_counts_the_kept_layer_inputs(alone: StepMeasurement) 
 
 def test_auto_autocast_is_resolved_for_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
-    monkeypatch.setattr(
-        measure,
-        "_run_in_child",
-        lambda spec, t: (
-            seen.setdefault("spec", spec)
-            and {
-                "peak_bytes": 1,
-                "baseline_bytes": 0,
-                "weights_bytes": 0,
-                "grads_bytes": 0,
-                "optimizer_bytes": 0,
-                "saved_activations_bytes": 0,
-                "step_seconds": 0.1,
-                "device": "cpu",
-                "what": "CPU",
-            }
-        ),
-    )
+    monkeypatch.setattr(measure, "_run_in_child", lambda spec, t: seen.setdefault("spec", spec) and fake_result("cpu"))
     measure_training_step(TINY, autocast="auto", device="cpu")
     assert seen["spec"]["autocast"] == "bfloat16"
 

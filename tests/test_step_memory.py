@@ -133,24 +133,8 @@ def _assert_exact(config: dict, method: str, autocast: str | None, checkpointing
     the k-bit preparation)."""
     kbit = method != "qlora-unprepared"
     method = method.removesuffix("-unprepared")
-    spec = {
-        "config": read_config(config),
-        "config_name": "tiny",
-        "method": method,
-        "batch": 2,
-        "seq": 16,
-        "lora_rank": 4,
-        "targets": list(targets),
-        "checkpointing": checkpointing,
-        "optimizer": "adamw",
-        "autocast": autocast,
-        "compile": False,
-        "steps": 1,
-        "accumulation": 1,
-        "seed": 0,
-        "device": "cpu",
-        "kbit_preparation": kbit,
-    }
+    step = dict(method=method, targets=targets, checkpointing=checkpointing, autocast=autocast, kbit_preparation=kbit)
+    spec = {**measure.step_spec(config, batch=2, seq=16, lora_rank=4, **step, steps=1), "device": "cpu"}
     if method == "qlora" and import_bitsandbytes() is None:
         pytest.skip("QLoRA needs bitsandbytes, which is not installed here")
     real = measure.run_step(spec)

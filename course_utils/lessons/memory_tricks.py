@@ -74,6 +74,11 @@ _PEAK_TRICKS = {"the baseline step": False, "the step with checkpointing": True}
 EARLIER_BYTES = 1_000_000_000
 
 
+def miniature() -> dict[str, Any]:
+    """Notebook 05's miniature of SmolLM2-135M: 4 of its 30 layers, a vocabulary of 8,192."""
+    return {**read_config("smollm2-135m"), "num_hidden_layers": 4, "vocab_size": 8192}
+
+
 class StandInCounter:
     """A stand-in for ``torch.cuda``'s allocator counter, the same on every machine: the bytes a replayed step's
     tensors hold (:meth:`hold`) and the most since the last reset, read through torch.cuda's own method names."""
@@ -125,7 +130,7 @@ def check_step_peak(fn: Any) -> Feedback:
         "Call the counter argument's methods (torch.cuda by default; the check passes a stand-in): "
         "counter.reset_peak_memory_stats(), counter.max_memory_allocated()."
     )
-    config = {**read_config("smollm2-135m"), "num_hidden_layers": 4, "vocab_size": 8192}
+    config = miniature()
     peaks: list[str] = []
     for what, checkpointing in _PEAK_TRICKS.items():
         est = estimate_step(config, **_PEAK_STEP, checkpointing=checkpointing, device="cuda")
