@@ -161,10 +161,7 @@ def regression_batch(batch_size: int = 64, in_features: int = _SWEEP_FEATURES) -
 
 #: What each activation-memory reading measures, by device type.
 MEMORY_METHODS = {
-    "cuda": (
-        "CUDA memory held after one micro-batch's forward pass, above the weights and gradients already "
-        "held (the graph's saved activations, read before backward)"
-    ),
+    "cuda": "CUDA memory a micro-batch's forward pass adds, read before backward: its saved activations",
     "cpu": (
         "bytes autograd saves for backward during one micro-batch's forward (saved_tensors_hooks, parameters excluded)"
     ),
@@ -195,7 +192,6 @@ def activation_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro_
     def step() -> torch.Tensor:
         return F.mse_loss(model(xb), yb)
 
-    model.zero_grad(set_to_none=True)
     kind = memory_method(x.device)
     if kind == "cuda":
         # Read between the forward and the backward pass: the saved activations (plus the small loss and output),
@@ -296,10 +292,8 @@ def sweep_micro_batches(
 
 def find_row(rows: Sequence[MicroBatchRow], micro_batch_size: int) -> MicroBatchRow:
     """The sweep row for ``micro_batch_size`` (ValueError listing the sizes measured if it is missing)."""
-    for row in rows:
-        if row.micro_batch_size == micro_batch_size:
-            return row
-    raise ValueError(f"micro_batch_size must be one of {[r.micro_batch_size for r in rows]}, got {micro_batch_size!r}")
+    sizes = [r.micro_batch_size for r in rows]
+    return rows[sizes.index(checks.choice(micro_batch_size, "micro_batch_size", sizes))]
 
 
 def micro_batch_summary(rows: Sequence[MicroBatchRow], micro_batch_size: int, budget_bytes: int | None = None) -> str:
@@ -367,9 +361,8 @@ def padded_token_batch(lengths: Sequence[int] = (30, 28, 4, 2)) -> tuple[torch.T
     """
     checks.integer(len(lengths), "len(lengths)", 1)  # at least one sequence
     g = torch.Generator().manual_seed(0)
-    width = max(lengths)
-    tokens = torch.zeros(len(lengths), width, dtype=torch.long)
-    labels = torch.full((len(lengths), width), IGNORE_INDEX, dtype=torch.long)
+    tokens = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    labels = torch.full_like(tokens, IGNORE_INDEX)
     for i, n in enumerate(lengths):
         tokens[i, :n] = torch.randint(1, _VOCAB_SIZE, (n,), generator=g)
         labels[i, :n] = torch.randint(1, _VOCAB_SIZE, (n,), generator=g)
@@ -416,9 +409,7 @@ class TinyRegressor(nn.Module):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         out = self.net(x)
-        if labels is None:
-            return {"logits": out}
-        return {"logits": out, "loss": F.mse_loss(out, labels)}
+        return {"logits": out} if labels is None else {"logits": out, "loss": F.mse_loss(out, labels)}
 
 
 class DictDataset(list):

@@ -76,22 +76,22 @@ class _Walk:
     def linear(self, x: _T, fan_in: int, fan_out: int, name: str, weight_bytes: int, lora: bool = False) -> _T:
         """A linear layer whose weight has ``weight_bytes`` per number (0: 4-bit, which saves nothing autograd sees:
         bitsandbytes casts the input to its compute dtype and its output back to the input's dtype)."""
-        autocast = self.autocast
-        xc = x.cast(2) if autocast else x  # autocast casts the input for every call (no cache for activations)
-        if autocast and weight_bytes == 4 and xc.rg:  # the bfloat16 weight copy, kept for the input's gradient
+        xc = x.cast(2) if self.autocast else x  # autocast casts the input for every call (no cache for activations)
+        if self.autocast and weight_bytes == 4 and xc.rg:  # the bfloat16 weight copy, kept for the input's gradient
             self.save_const(f"{name}.weight_bf16", fan_in * fan_out * 2, "bf16 weight copies (autocast)")
         if self.full:
             self.save(xc, "linear inputs (trained weights)")
-        out_bytes = x.nbytes if not weight_bytes else 2 if autocast else weight_bytes
+        out_bytes = x.nbytes if not weight_bytes else 2 if self.autocast else weight_bytes
         if not lora:
             return _T(fan_out, out_bytes, x.rg or self.full)
-        xa = x.cast(4).cast(2 if autocast else 4)  # peft casts to the adapter's float32 (autocast: back to 16 bits)
-        if autocast:
+        # peft casts to the adapter's float32 (autocast: back to 16 bits)
+        xa = x.cast(4).cast(2 if self.autocast else 4)
+        if self.autocast:
             if xa.rg:
                 self.save_const(f"{name}.lora_A_bf16", self.rank * fan_in * 2, "bf16 weight copies (autocast)")
             self.save_const(f"{name}.lora_B_bf16", fan_out * self.rank * 2, "bf16 weight copies (autocast)")
         self.save(xa, "LoRA inputs")
-        self.save(_T(self.rank, 2 if autocast else 4, True), "LoRA inputs")
+        self.save(_T(self.rank, 2 if self.autocast else 4, True), "LoRA inputs")
         return _T(fan_out, out_bytes, True)
 
     def rmsnorm(self, x: _T, groups: int) -> _T:
@@ -125,9 +125,8 @@ class _Walk:
         if self.math_attention:
             self._math_sdpa(q, k, v)
         elif out.rg:  # fused attention keeps q, k, v, its output and a log-sum-exp per head: no s x s matrix
-            for t in (q, k, v, out):
+            for t in (q, k, v, out, _T(a.heads, 4, False)):
                 self.save(t, "attention (q, k, v, output)")
-            self.save(_T(a.heads, 4, False), "attention (q, k, v, output)")
         return self._proj(out, "o_proj", layer)
 
     def _math_sdpa(self, q: _T, k: _T, v: _T) -> None:
@@ -135,13 +134,13 @@ class _Walk:
         expanded to every query head; each matmul keeps one factor where the other needs a gradient."""
         width, scores_rg = self.arch.q_width, q.rg or k.rg
         what = "attention (math: float32 q, k, v and s x s softmax)"
-        for needed in (k.rg, q.rg):  # (q*c) @ kT keeps the scaled q for k's gradient, the scaled, expanded k for q's
+        # (q*c) @ kT keeps the scaled q for k's gradient and the scaled, expanded k for q's; softmax @ v keeps the
+        # (float32, expanded) v for the scores' gradient
+        for needed in (k.rg, q.rg, scores_rg):
             if needed:
                 self.save(_T(width, 4, True), what)
         if scores_rg or v.rg:  # the softmax keeps its output; softmax @ v keeps it for v's gradient
             self.save(_T(self.arch.heads * self.seq, 4, True), what)
-        if scores_rg:  # softmax @ v keeps the (float32, expanded) v for the scores' gradient
-            self.save(_T(width, 4, True), what)
 
     def mlp(self, x: _T, layer: int) -> _T:
         g, u = self._proj(x, "gate_proj", layer), self._proj(x, "up_proj", layer)
@@ -199,7 +198,6 @@ def saved_activations(
         walk.save_const("input_ids", walk.tokens * 8, "token ids and labels")
     # with checkpointing, PEFT models make the embedding output require grad (enable_input_require_grads)
     x = _T(arch.hidden, walk.rest_bytes, walk.full or checkpointing)
-    per_layer = 0  # the last layer's saved bytes (layers after the first are alike; the first also saves cos/sin)
     cumulative = [walk.total]
     for i in range(arch.layers):
         outer = walk.saved
@@ -208,6 +206,7 @@ def saved_activations(
             walk.saved = {}
         before = walk.total
         x = walk.layer(x, i)
+        # the last layer's saved bytes, in the end (layers after the first are alike; the first also saves cos/sin)
         per_layer = walk.total - before
         walk.saved = outer
         cumulative.append(walk.total)

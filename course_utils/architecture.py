@@ -35,8 +35,7 @@ def normalize_targets(targets: Targets) -> tuple[str, ...]:
     """LoRA target names as a tuple: accepts 'q_proj,v_proj', a list, or 'all-linear' (every projection)."""
     if isinstance(targets, str):
         targets = targets.split(",")
-    elif not isinstance(targets, Iterable):
-        raise TypeError(f"targets must be names of projections, got {type(targets).__name__}")
+    checks.instance(targets, "targets", Iterable, "names of projections")
     items = [name for name in (str(t).strip() for t in targets) if name]
     if items == ["all-linear"]:
         return PROJECTIONS
@@ -115,10 +114,7 @@ class Architecture:
     def from_config(cls, config: Config) -> "Architecture":
         """Read the numbers from a preset name in ``data/configs``, a ``config.json`` path, or a dict."""
         cfg = read_config(config, sizes=("intermediate_size",))
-        model_type = cfg.get("model_type")
-        if model_type not in _SUPPORTED_MODEL_TYPES:
-            known = ", ".join(_SUPPORTED_MODEL_TYPES)
-            raise ValueError(f"config: model_type {model_type!r} is not one the arithmetic knows (supported: {known})")
+        model_type = checks.choice(cfg.get("model_type"), "config's model_type", _SUPPORTED_MODEL_TYPES)
         heads = cfg["num_attention_heads"]
         return cls(
             model_type=model_type,

@@ -80,10 +80,8 @@ class Diagnosis:
         if self.fits:
             return head + "\nIt fits: no trick needed for memory."
         big = sorted(est.parts(), key=lambda p: -p[1])[:3]
-        if self.verdict == "tight":
-            state = "tight: it may still run out of memory"
-        else:
-            state = f"it does not fit ({est.peak_gb - usable:.2f} GB over)"
+        over = f"it does not fit ({est.peak_gb - usable:.2f} GB over)"
+        state = "tight: it may still run out of memory" if self.verdict == "tight" else over
         biggest = " | ".join(f"{_short(label)} {b / GB:.2f} GB" for label, b in big)
         lines = [f"{head}, {state}", f"biggest at the peak ({_short(est.peak_moment)}): {biggest}"]
         # same method first, then fewest changes (see _rank); then the nearest miss, "tight"
@@ -95,9 +93,8 @@ class Diagnosis:
             lines.append(f"options (fits: at most {tight} % of usable; tight: {tight}-100 %, may still run out):")
             for o in shown:
                 changes, costs = " + ".join(o.changes), "; ".join(map(_short, o.cost.split("; ")))
-                lines.append(
-                    f"  {o.verdict:<5}  {changes:<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} ({costs})"
-                )
+                row = f"  {o.verdict:<5}  {changes:<{width}}  {o.peak_gb:6.2f} GB  {o.time_text():<18} ({costs})"
+                lines.append(row)
         return "\n".join(lines)
 
 

@@ -41,6 +41,13 @@ def flag(value: Any, name: str) -> bool:
     return value
 
 
+def instance(value: Any, name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """``value`` when it is a ``kind``; else a TypeError saying it must be ``what`` (``"a torch.Tensor"``)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
+
+
 def choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
     """``value`` when it is one of ``allowed``."""
     allowed = tuple(allowed)

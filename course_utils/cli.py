@@ -29,6 +29,8 @@ from course_utils.datasheets import CUDA_CONTEXT_GB
 _TIGHT_MEANS = "the allocator's reserve and fragmentation (or the system) can still run out of memory."
 #: The options that turn the table into a whole-step estimate.
 _STEP_OPTIONS = ("batch", "seq", "checkpointing", "optimizer", "measure", "no_kbit_preparation", "timeline")
+#: A whole step's values for the options not given (the table without --method shows every method; a step is LoRA).
+_STEP_OPTION_DEFAULTS = {"method": "lora", "batch": 1, "seq": 128, "targets": DEFAULT_TARGETS, "optimizer": "adamw"}
 _DESCRIPTION = (
     "The memory of training a model: weights, gradients, optimizer states (a row fits at most at 70% of a budget). "
     "With a step option (--batch, --seq, ...): a whole step, activations included (fits up to 90% of usable memory)."
@@ -137,9 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument(
         "--lora-rank", type=_whole(mem.MAX_LORA_RANK), default=mem.REFERENCE_RANK, help="rank (default %(default)s)"
     )
-    memory.add_argument(
-        "--targets", type=_typed(normalize_targets), metavar="NAMES", help="LoRA targets (default q_proj,v_proj)"
-    )
+    memory.add_argument("--targets", type=_typed(normalize_targets), help="LoRA targets (default q_proj,v_proj)")
     budgets = memory.add_mutually_exclusive_group()
     budgets.add_argument("--budgets", type=_typed(_budget_sizes), metavar="GB,GB", help="budgets (default 16,24,80)")
     budgets.add_argument("--gpu", type=_typed(_gpu_budgets), metavar="NAME,NAME", help="GPUs, e.g. T4,A100-40GB,H100")
@@ -221,16 +221,9 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
         raise _ExitError(f"argument --{given}: {needs}: give --config or --model")
     if args.no_kbit_preparation and args.method != "qlora":
         raise _ExitError("argument --no-kbit-preparation: only for --method qlora (the preparation is QLoRA's step)")
-    step = dict(
-        method=args.method or "lora",
-        batch=args.batch or 1,
-        seq=args.seq or 128,
-        lora_rank=args.lora_rank,
-        targets=args.targets or DEFAULT_TARGETS,
-        checkpointing=args.checkpointing,
-        optimizer=args.optimizer or "adamw",
-        kbit_preparation=not args.no_kbit_preparation,
-    )
+    step = {name: getattr(args, name) or default for name, default in _STEP_OPTION_DEFAULTS.items()}
+    step.update(lora_rank=args.lora_rank, checkpointing=args.checkpointing)
+    step["kbit_preparation"] = not args.no_kbit_preparation
     device = "cuda" if args.gpu else "cpu"  # a GPU's budget is its allocator's counter: no CPU process baseline
     try:  # one estimate per GPU generation: the attention kernel a card gets can change the activations
         estimates = {
@@ -238,22 +231,19 @@ def _print_step(args: argparse.Namespace, config: dict[str, Any] | None, budgets
         }
         if args.measure:  # a measured step has tighter bounds (batch, rank): said before anything is printed
             with _blame("--measure"):
-                from course_utils.measure import step_spec
+                from course_utils.hardware import pick_device
+                from course_utils.measure import measure_training_step, step_spec
             step_spec(config, **step)
     except (ValueError, TypeError) as err:
         raise _ExitError(_naming_option(err)) from None
     _print_verdicts(estimates, budgets, device)
     est, measuring = estimates[budgets[0].capability], None
     if args.measure:
-        from course_utils.hardware import pick_device
-
         measuring = pick_device()  # one decision: the timeline and the step are measured there
         est = sm.estimate_step(config, **step, device=sm.estimate_device_for(measuring))  # like with like
     if args.timeline:
         _write_timeline(args.timeline, config, step, est, measuring)
     if args.measure:
-        from course_utils.measure import measure_training_step
-
         with _blame("--measure"):
             m = measure_training_step(config, **step, timeout_s=600.0, device=measuring)
         print(f"measured: {m.what}")

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from course_utils import checks
+
 #: Sizes every decoder config must give as positive integers for the course's counts to work.
 _REQUIRED_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
@@ -26,8 +28,7 @@ def config_presets() -> dict[str, Path]:
 
 def resolve_config(config: str | os.PathLike) -> Path:
     """The path of a config file: an existing path, or the name of a shipped preset (see :func:`config_presets`)."""
-    if not isinstance(config, (str, os.PathLike)):
-        raise TypeError(f"config must be a path or a preset name, got {type(config).__name__}")
+    checks.instance(config, "config", (str, os.PathLike), "a path or a preset name")
     path = Path(config).expanduser()
     if path.is_file():
         return path
@@ -42,9 +43,8 @@ def config_name(config: str | os.PathLike | Mapping[str, Any]) -> str:
     """A short name for a config: the preset's or file's stem, or a dict's ``_name_or_path`` / ``model_type``."""
     if isinstance(config, Mapping):
         return str(config.get("_name_or_path") or config.get("model_type") or "custom")
-    if isinstance(config, (str, os.PathLike)):
-        return Path(config).name.removesuffix(".json")
-    raise TypeError(f"config must be a preset name, a path or a dict, got {type(config).__name__}")
+    checks.instance(config, "config", (str, os.PathLike), "a preset name, a path or a dict")
+    return Path(config).name.removesuffix(".json")
 
 
 def read_config(config: str | os.PathLike | Mapping[str, Any], sizes: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -106,9 +106,8 @@ def fetch_config(repo_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
         missing = "is not on the Hub, or has no config.json"
         why = {401: gated, 403: gated, 404: missing}.get(err.code, f"could not be read (HTTP {err.code})")
         raise ValueError(f"{repo_id} {why}; {instead}") from None
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise ValueError(f"the Hub ({endpoint}) is not reachable ({reason}); {instead}") from None
+    except (urllib.error.URLError, OSError) as err:  # a URLError says why in its reason
+        raise ValueError(f"the Hub ({endpoint}) is not reachable ({getattr(err, 'reason', err)}); {instead}") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"{repo_id}'s config.json is not JSON; {instead}") from None
     if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language part

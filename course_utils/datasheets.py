@@ -106,8 +106,7 @@ def datasheet_key(name: str) -> str | None:
     matched to the A10's. A MIG slice ('NVIDIA A100-SXM4-40GB MIG 1g.5gb') has a fraction of the card's compute
     and memory: None, never the whole card's figures.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__}")
+    checks.instance(name, "name", str, "a string")
     tokens = {"A10" if t == "A10G" else t for t in name.upper().replace("-", " ").replace("_", " ").split()}
     if tokens & {"TI", "SUPER", "MIG"}:
         return None  # Ti/SUPER cards have their own figures, not listed here; a MIG slice is a share of the card

@@ -75,9 +75,7 @@ def load_digits_data() -> DigitsData:
 
 def check_data(data: object, name: str = "data") -> DigitsData:
     """``data`` when it is a :class:`DigitsData`, else a TypeError naming ``name``."""
-    if not isinstance(data, DigitsData):
-        raise TypeError(f"{name} must be a DigitsData (from load_digits_data), got {type(data).__name__}")
-    return data
+    return checks.instance(data, name, DigitsData, "a DigitsData (from load_digits_data)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,8 +143,7 @@ class Quality(NamedTuple):
 
 def evaluate(model: nn.Module, data: DigitsData) -> Quality:
     """Accuracy and cross-entropy of ``model`` on ``data``'s test set, on the model's device, in float32."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    checks.instance(model, "model", nn.Module, "a torch.nn.Module")
     data = check_data(data)
     with torch.no_grad():
         logits = model(data.x_test.to(next(model.parameters()).device)).float().cpu()
@@ -171,8 +168,7 @@ def model_in_format(model: nn.Module, fmt: str, block_size: quant.BlockSize = No
     measures what the rounding does to quality, not speed.
     """
     bits = FORMAT_BITS[checks.choice(fmt, "fmt", FORMATS)]
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    checks.instance(model, "model", nn.Module, "a torch.nn.Module")
     if fmt.startswith("int"):
         return quant.quantize_model_weights(model, bits, block_size=block_size)
     clone = copy.deepcopy(model)
@@ -202,10 +198,9 @@ def score_in_format(model: nn.Module, data: DigitsData, fmt: str, block_size: qu
     their float32 scales; a float format stores its codes only.
     """
     converted, size = model_in_format(model, fmt, block_size)
-    accuracy, loss = evaluate(converted, data)
     bits = FORMAT_BITS[fmt]
     codes = sum(math.ceil(m.weight.numel() * bits / 8) for m in model.modules() if isinstance(m, nn.Linear))
-    return FormatResult(fmt, bits, accuracy, loss, size, size - codes)
+    return FormatResult(fmt, bits, *evaluate(converted, data), size, size - codes)
 
 
 def quality_by_format(model: nn.Module, data: DigitsData, block_size: quant.BlockSize = None) -> list[FormatResult]:
@@ -215,7 +210,6 @@ def quality_by_format(model: nn.Module, data: DigitsData, block_size: quant.Bloc
 
 def format_quality_table(rows: Sequence[FormatResult]) -> str:
     """The results as a fixed-width text table: accuracy in % (1 decimal), loss (3 decimals), bytes."""
-    lines = [f"{'format':<10}{'bits':>5}{'test accuracy':>15}{'test loss':>11}{'weight bytes':>14}"]
-    for r in rows:
-        lines.append(f"{r.fmt:<10}{r.bits:>5}{100 * r.accuracy:>14.1f}%{r.loss:>11.3f}{r.weight_bytes:>14,}")
-    return "\n".join(lines)
+    head = f"{'format':<10}{'bits':>5}{'test accuracy':>15}{'test loss':>11}{'weight bytes':>14}"
+    body = [f"{r.fmt:<10}{r.bits:>5}{100 * r.accuracy:>14.1f}%{r.loss:>11.3f}{r.weight_bytes:>14,}" for r in rows]
+    return "\n".join([head, *body])

@@ -59,7 +59,7 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
     """
     quant_bytes = {16: 2.0, 8: 1.0, 4: 0.5}[check_load_bits(bits)]
     head = getattr(model, "get_output_embeddings", lambda: None)()
-    params, nbytes = dict.fromkeys(_PART_NAMES, 0), dict.fromkeys(_PART_NAMES, 0.0)
+    params = dict.fromkeys(_PART_NAMES, 0)
     # a tied tensor is stored (and counted) once, under the embedding, which comes first: a tied lm_head adds nothing
     for name, param in model.named_parameters():
         mod_name, _, p_name = name.rpartition(".")
@@ -68,22 +68,20 @@ def footprint_parts(model: torch.nn.Module, bits: int = 16) -> list[Part]:
             part = "embedding table"
         elif module is head:
             part = "lm_head"
+        elif isinstance(module, torch.nn.Linear) and p_name == "bias":
+            part = "linear biases"
+        elif isinstance(module, torch.nn.Linear) and (".self_attn." in path or ".attn." in path):
+            part = "attention linears (q, k, v, o)"
         elif isinstance(module, torch.nn.Linear):
-            if p_name == "bias":
-                part = "linear biases"
-            elif ".self_attn." in path or ".attn." in path:
-                part = "attention linears (q, k, v, o)"
-            else:
-                part = "MLP linears (gate, up, down)" if ".mlp." in path else "other linears"
+            part = "MLP linears (gate, up, down)" if ".mlp." in path else "other linears"
         elif "norm" in type(module).__name__.lower() or "norm" in mod_name.rsplit(".", 1)[-1].lower():
             part = "norms"
         else:
             part = "other parameters"
-        n = true_numel(param)
-        params[part] += n
-        nbytes[part] += n * (quant_bytes if part in _QUANTIZED_PARTS else 2)
+        params[part] += true_numel(param)
     params["buffers"] = sum(buf.numel() for buf in model.buffers())
-    nbytes["buffers"] = sum(buf.numel() * buf.element_size() for buf in model.buffers())
+    nbytes = {part: n * (quant_bytes if part in _QUANTIZED_PARTS else 2) for part, n in params.items()}
+    nbytes["buffers"] = sum(buf.nbytes for buf in model.buffers())
     return [Part(n, params[n], int(round(nbytes[n])), bits != 16 and n in _QUANTIZED_PARTS) for n in _PART_NAMES]
 
 
@@ -98,17 +96,16 @@ def measured_scale_bytes(model: torch.nn.Module) -> int:
     Plain NF4: one float32 absmax per block of 64 weights. With double quantization those absmax are stored in
     8 bits, plus one float32 scale per 256 of them, the 8-bit code table and a float32 offset: all counted.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    total = 0
-    for module in model.modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is None or getattr(state, "absmax", None) is None:
-            continue
-        total += state.absmax.nbytes
-        if getattr(state, "nested", False):
-            total += state.state2.absmax.nbytes + state.state2.code.nbytes + 4  # + the float32 offset
-    return total
+    checks.instance(model, "model", torch.nn.Module, "a torch.nn.Module")
+    states = (getattr(getattr(module, "weight", None), "quant_state", None) for module in model.modules())
+    return sum(_scale_bytes(state) for state in states if getattr(state, "absmax", None) is not None)
+
+
+def _scale_bytes(state: Any) -> int:
+    """Bytes of one 4-bit layer's scales: its absmax, plus the second level when it is double-quantized."""
+    if not getattr(state, "nested", False):
+        return state.absmax.nbytes
+    return state.absmax.nbytes + state.state2.absmax.nbytes + state.state2.code.nbytes + 4  # + the float32 offset
 
 
 #: A row of :func:`breakdown_table`: part, parameters, share, 16-bit bytes, low-bit bytes, mark.
@@ -188,7 +185,6 @@ LLAMA3_8B: dict[str, Any] = {
     "num_key_value_heads": 8,
     "vocab_size": 128256,
     "tie_word_embeddings": False,
-    "max_position_embeddings": 8192,
 }
 #: Meta's Llama 3 70B (meta-llama/Meta-Llama-3-70B): 64 query heads share 8 key/value heads, an eighth of q.
 LLAMA3_70B: dict[str, Any] = {
@@ -223,8 +219,9 @@ def llama_like(
     return Architecture("llama", **sizes, **heads, tied=tied)
 
 
-def _ratio_lines(arch: Architecture) -> str:
-    """The sizes and the 16-bit share of a model (the linears go to 4 bits, the rest stays)."""
+def _report_tail(arch: Architecture) -> str:
+    """How both reports end: whether the lm_head is tied, then the sizes and the 16-bit share of the model (the
+    linears go to 4 bits, the rest stays)."""
     tensors = arch.param_tensors()
     total = arch.params
     linears = sum(n for _, n, linear in tensors if linear)
@@ -233,6 +230,7 @@ def _ratio_lines(arch: Architecture) -> str:
     short = f"{total / 1e9:.2f} B" if total >= 1e9 else f"{total / 1e6:.0f} M"
     head_share = f", lm_head {100 * head / total:.0f} %" if head else ""
     return (
+        f"{'tied' if arch.tied else 'untied'} lm_head\n"
         f"{total:,} parameters ({short}): 16-bit {format_bytes(b16)} -> 4-bit {format_bytes(b4)}: "
         f"{100 * b4 / b16:.0f} % (25 % would need every weight in a linear layer)\n"
         f"stays 16-bit: {100 * (total - linears) / total:.0f} % of the parameters "
@@ -246,10 +244,7 @@ def four_bit_ratio_report(
     """Text for the demo: a Llama-shaped model's (:func:`llama_like`) 16-bit and 4-bit sizes and why the ratio is
     not 25 %."""
     arch = llama_like(hidden_size, num_layers, vocab_size, kv_fraction=kv_fraction, tied=tied)
-    head = (
-        f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, {'tied' if tied else 'untied'} lm_head"
-    )
-    return f"{head}\n{_ratio_lines(arch)}"
+    return f"hidden {hidden_size}, {num_layers} layers, vocabulary {vocab_size:,}, {_report_tail(arch)}"
 
 
 def config_ratio_report(config: Any, name: str | None = None) -> str:
@@ -260,7 +255,6 @@ def config_ratio_report(config: Any, name: str | None = None) -> str:
     if not isinstance(label, str) or not label:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     return (
-        f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing "
-        f"{arch.kv_heads} key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, "
-        f"{'tied' if arch.tied else 'untied'} lm_head\n{_ratio_lines(arch)}"
+        f"{label}: hidden {arch.hidden}, {arch.layers} layers, {arch.heads} query heads sharing {arch.kv_heads} "
+        f"key/value heads, MLP {arch.intermediate:,} wide, vocabulary {arch.vocab:,}, {_report_tail(arch)}"
     )

@@ -11,7 +11,7 @@ wants the fast native path must ask for compute capability >= 8.0 (Ampere and ne
 
 import os
 import platform
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator
 
 import torch
@@ -135,10 +135,8 @@ def versions() -> dict[str, str]:
 
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "bitsandbytes", "peft", "accelerate", "numpy", "matplotlib", "ipywidgets"):
-        try:
+        with suppress(PackageNotFoundError):  # not installed: left out
             out[name] = version(name)
-        except PackageNotFoundError:
-            continue
     return out
 
 

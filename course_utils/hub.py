@@ -12,6 +12,7 @@ Nothing heavy is imported here (no torch), and of the course only the leaf modul
 import os
 import socket
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -52,16 +53,14 @@ def hub_reachable(timeout_s: float = 1.5) -> bool:
     answer: list[bool] = []
 
     def attempt() -> None:
-        try:
-            with socket.create_connection(address, timeout=timeout_s):
-                answer.append(True)
-        except Exception:  # noqa: BLE001 - refused, unreachable, unknown host, timeout: all mean "no"
-            answer.append(False)
+        # Refused, unreachable, unknown host, timeout: any failure leaves the answer empty, a "no".
+        with suppress(Exception), socket.create_connection(address, timeout=timeout_s):
+            answer.append(True)
 
     worker = threading.Thread(target=attempt, name="hub-reachable", daemon=True)  # daemon: never delays exit
     worker.start()
     worker.join(timeout_s + 0.25)
-    return bool(answer and answer[0])
+    return bool(answer)
 
 
 def cached_on_disk(model_name: str) -> bool:
@@ -150,9 +149,8 @@ class ModelChoice:
         """One line for generated ``text``: labelled, and with control characters escaped (never printed raw).
 
         The stand-in's random weights write noise, often with control bytes in it: the line says so, and
-        :func:`course_utils.units.printable` turns each unprintable character into an escape such as ``\\x12``.
+        :func:`course_utils.units.printable` turns each unprintable character into an escape such as ``\\x12`` (and
+        raises TypeError when ``text`` is not a string).
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a string (what generate_text returned), got {type(text).__name__}")
         what = _NOISE if self.is_standin else "answer:"
         return f"{self.label} {what} '{printable(text)}'"

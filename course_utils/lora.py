@@ -7,8 +7,7 @@ size r x d_in and B of size d_out x r: r x (d_in + d_out) numbers per targeted m
 :meth:`course_utils.architecture.Architecture.adapter_params`.
 """
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -84,8 +83,7 @@ def add_lora(
             return get_peft_model(model, cfg)
 
 
-@dataclass(frozen=True)
-class LoraCount:
+class LoraCount(NamedTuple):
     """Trainable adapter parameters against the base model (peft's "all params" includes the adapter)."""
 
     name: str

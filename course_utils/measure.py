@@ -226,13 +226,10 @@ def _place_on_device(spec: dict[str, Any], device: Any) -> bool:
     in a bounded child process (off a CUDA GPU, and with ``compile`` on every device)."""
     dev = checked_device(device)
     if dev.type != "cuda" and spec["autocast"] == "float16":
-        raise ValueError(
-            "autocast='fp16' is for CUDA GPUs (float16 is 100-1000x slower on a CPU): use 'bf16' or 'auto'"
-        )
+        raise ValueError("autocast='fp16' is for CUDA GPUs (100-1000x slower on a CPU): use 'bf16' or 'auto'")
     spec["device"] = str(dev)
     spec["autocast"] = _step_precision(spec["method"], spec["autocast"], dev).autocast
-    if spec["steps"] is None:
-        spec["steps"] = DEFAULT_STEPS["cuda" if dev.type == "cuda" else "cpu"]
+    spec["steps"] = spec["steps"] or DEFAULT_STEPS["cuda" if dev.type == "cuda" else "cpu"]  # None: the default
     return dev.type != "cuda" or spec["compile"]
 
 

@@ -81,7 +81,8 @@ class Method:
     A trained number costs ``trained_bytes`` of gradient and twice that of AdamW state (torch keeps both states
     in the trained tensor's dtype), plus the same again of weight when the method trains every weight.
     For :mod:`course_utils.step_memory`: ``model_bytes`` per number of the hidden states and the weights that are
-    not quantized (2 for a 16-bit base), and ``weights``, what the weights are in its breakdown.
+    not quantized (2 for a 16-bit base), and ``weights``, what the weights are in its breakdown (``{rest}``: the
+    dtype of QLoRA's embedding and norms).
     """
 
     label: str
@@ -102,7 +103,7 @@ METHODS: dict[str, Method] = {
     "lora": Method("LoRA, base in float32", 4.0, weights="float32 base + adapters"),
     "lora-bf16": Method("LoRA, base in bfloat16", 2.0, model_bytes=2, weights="bfloat16 base + float32 adapters"),
     "qlora": Method(
-        "QLoRA, base in 4 bits", 0.5, model_bytes=2, weights="NF4 base, bfloat16 embedding/norms + float32 adapters"
+        "QLoRA, base in 4 bits", 0.5, model_bytes=2, weights="NF4 base, {rest} embedding/norms + float32 adapters"
     ),
 }
 #: Methods beyond the lesson's table: selectable by key, never in the table (its four rows per model stay four).
@@ -340,10 +341,12 @@ def account_for_peak(measured: Any, digits: int = 3) -> list[tuple[str, float]]:
     parts were not all alive at the peak.
     """
     digits = checks.integer(digits, "digits", 0, 9)
-    peak = round(checks.number(getattr(measured, "peak_bytes", None), "measured.peak_bytes", 0) / GB, digits)
-    parts = []
-    for attr, label in _PEAK_PARTS:
-        nbytes = checks.number(getattr(measured, attr, None), f"measured.{attr}", 0)
-        parts.append((label, round(nbytes / GB, digits)))
+
+    def read_gb(attr: str) -> float:
+        """``measured.<attr>``, a byte count, in GB rounded to ``digits``."""
+        return round(checks.number(getattr(measured, attr, None), f"measured.{attr}", 0) / GB, digits)
+
+    peak = read_gb("peak_bytes")
+    parts = [(label, read_gb(attr)) for attr, label in _PEAK_PARTS]
     parts.append(("other (temporaries, allocator)", round(peak - sum(v for _, v in parts), digits)))
     return parts

@@ -33,21 +33,22 @@ def dtype_kwargs(dtype: torch.dtype) -> dict[str, torch.dtype]:
 
     ``dtype=`` since transformers 4.56 (``torch_dtype=`` before; the course supports 4.57 and newer).
     """
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype such as torch.float16, got {type(dtype).__name__}")
-    return {"dtype": dtype}
+    return {"dtype": checks.instance(dtype, "dtype", torch.dtype, "a torch.dtype such as torch.float16")}
 
 
 # --------------------------------------------------------------------------------------------
 # Configs and the meta device
 # --------------------------------------------------------------------------------------------
-def transformers_config(config: str | os.PathLike | Mapping[str, Any]) -> Any:
-    """A transformers config from a preset in ``data/configs``, a ``config.json`` path or a dict.
+def transformers_config(config: str | os.PathLike | Mapping[str, Any] | Any) -> Any:
+    """A transformers config from a preset in ``data/configs``, a ``config.json`` path or a dict; a transformers
+    config is returned as it is.
 
     Read by :func:`course_utils.configs.read_config` (keys starting with "_" are notes and are dropped).
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig, PretrainedConfig
 
+    if isinstance(config, PretrainedConfig):
+        return config
     fields = read_config(config)
     if "model_type" not in fields:
         raise ValueError(f"config {config_name(config)!r} has no 'model_type': not a transformers architecture config")
@@ -62,10 +63,8 @@ def meta_model(config: Any) -> Any:
     """
     from transformers import AutoModelForCausalLM
 
-    if isinstance(config, (str, os.PathLike, Mapping)):
-        config = transformers_config(config)
     with quiet_libraries(), torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(transformers_config(config))
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,8 +93,7 @@ def quantization_config(bits: int, compute_dtype: torch.dtype | None = None) -> 
     if bits == 16:
         return None
     dtype = compute_dtype if compute_dtype is not None else autocast_dtype()
-    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"compute_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
+    checks.choice(dtype, "compute_dtype", (torch.bfloat16, torch.float16, torch.float32))
     missing = bitsandbytes_missing()
     if missing is not None:
         raise RuntimeError(f"loading in {bits} bits needs bitsandbytes: {missing}")
@@ -124,9 +122,7 @@ def bitsandbytes_missing() -> str | None:
 
 def _name_of(choice: ModelChoice | str | Path) -> str:
     name = choice.name if isinstance(choice, ModelChoice) else choice
-    if isinstance(name, (str, Path)):
-        return str(name)
-    raise TypeError(f"model must be a ModelChoice, a Hub id or a folder, got {type(choice).__name__}")
+    return str(checks.instance(name, "model", (str, Path), "a ModelChoice, a Hub id or a folder"))
 
 
 def load_settings(bits: int = 16, device: torch.device | str | None = None) -> dict[str, Any]:
@@ -198,9 +194,8 @@ def keep_4bit_trainable_on_cpu(model: torch.nn.Module) -> int:
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     if any(getattr(getattr(m.weight, "quant_state", None), "packing_format_for_cpu", False) for m in layers):
         raise RuntimeError(
-            "these 4-bit weights were already repacked for CPU inference by an earlier no-grad "
-            "forward (a generate); they can no longer be trained. Load the 4-bit model again "
-            "and call keep_4bit_trainable_on_cpu before generating, or train first."
+            "these 4-bit weights were repacked for CPU inference by an earlier no-grad forward (a generate) and can "
+            "no longer be trained: load the model again and call keep_4bit_trainable_on_cpu first, or train first"
         )
     for module in layers:
         module.support_avx512bf16_for_cpu = False
@@ -221,10 +216,9 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int =
     checks.integer(max_new_tokens, "max_new_tokens", 1, 200)
     vocab, spellable = int(model.config.vocab_size), len(tokenizer)
     extra = {"suppress_tokens": list(range(spellable, vocab))} if 0 < spellable < vocab else {}
-    device = next(model.parameters()).device
     # Only ids and mask: some tokenizers add token_type_ids, which generate rejects for decoder-only
     # models on transformers 4.x ("model_kwargs are not used by the model").
-    inputs = tokenizer(prompt, return_tensors="pt", return_token_type_ids=False).to(device)
+    inputs = tokenizer(prompt, return_tensors="pt", return_token_type_ids=False).to(model.device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with quiet_libraries(), torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad, **extra)

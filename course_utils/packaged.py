@@ -16,7 +16,9 @@ Never imported by the package itself (the wheel's ``__init__`` imports ``llm``, 
 is found with :func:`importlib.util.find_spec`. Nothing heavy is imported at module level (no torch).
 """
 
+import contextlib
 import importlib.util
+import io
 import sys
 import time
 from pathlib import Path
@@ -41,10 +43,9 @@ def transformers_version() -> str:
     torch: the online/offline decision looks into the cache cheaply)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
+    with contextlib.suppress(PackageNotFoundError):
         return version("transformers")
-    except PackageNotFoundError:
-        return "none"
+    return "none"
 
 
 def gguf_file() -> Path | None:
@@ -103,9 +104,6 @@ def convert() -> Path:
 
 
 def _convert_into(source: Path, out: Path) -> None:
-    import contextlib
-    import io
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

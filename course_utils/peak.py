@@ -48,7 +48,6 @@ class WorkPeak:
     start_bytes: int = 0
     reserved_bytes: int | None = None
     what: str = ""
-    device: str = "cpu"
     seconds: float = 0.0
 
     @property
@@ -119,14 +118,12 @@ def track_peak(device: Any = None) -> Iterator[WorkPeak]:
     does) for a number that tracks live tensors. ``seconds`` ends once the GPU's queued work is done.
     """
     dev = checked_device(device)
-    reading = WorkPeak(start_bytes=memory_in_use(dev), device=str(dev))
+    reading = WorkPeak(start_bytes=memory_in_use(dev))
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
         reading.what = _CUDA_WHAT
-    elif reset_rss_high_water_mark():
-        reading.what = _CPU_WHAT
     else:
-        reading.what = f"CPU: {NO_RESET}"
+        reading.what = _CPU_WHAT if reset_rss_high_water_mark() else f"CPU: {NO_RESET}"
     start = time.perf_counter()
     yield reading
     if dev.type == "cuda":

@@ -16,7 +16,6 @@ bad input with a ``ValueError`` or ``TypeError`` that names the argument and wha
 """
 
 import bisect
-import functools
 import math
 import timeit
 from typing import Callable, NamedTuple, Sequence
@@ -43,13 +42,9 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     Names may be ``"float32"``/``"fp32"``, ``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``/``"half"``,
     with or without a ``"torch."`` prefix (a torch dtype is read by its name, ``str(torch.bfloat16)``).
     """
-    if not isinstance(dtype, (str, torch.dtype)):
-        raise TypeError(f"dtype must be a torch.dtype or a name such as 'bfloat16', got {type(dtype).__name__}")
+    checks.instance(dtype, "dtype", (str, torch.dtype), "a torch.dtype or a name such as 'bfloat16'")
     key = str(dtype).strip().lower().removeprefix("torch.")
-    key = _ALIASES.get(key, key)
-    if key not in _DTYPES:
-        raise ValueError(f"dtype must be float32 (fp32), bfloat16 (bf16) or float16 (fp16), got {dtype!r}")
-    return _DTYPES[key]
+    return _DTYPES[checks.choice(_ALIASES.get(key, key), "dtype", _DTYPES)]
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
@@ -81,9 +76,8 @@ def spacing_around(value: float, dtype: str | torch.dtype) -> tuple[float, float
     """
     dt = resolve_dtype(dtype)
     w = _stored(_finite_in(value, dt, "value"), dt)
-    below = torch.nextafter(w, torch.tensor(-math.inf, dtype=dt))
-    above = torch.nextafter(w, torch.tensor(math.inf, dtype=dt))
-    return (w.double() - below.double()).item(), (above.double() - w.double()).item()
+    below, above = torch.nextafter(w, torch.tensor([-math.inf, math.inf], dtype=dt)).double()
+    return (w.double() - below).item(), (above - w.double()).item()
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,8 +120,7 @@ def update_report(dtype: str | torch.dtype, update: float) -> str:
 
     ``update`` is lr * |gradient| (the widget's slider: a positive number).
     """
-    dt, w = resolve_dtype(dtype), 1.0
-    name = dtype_name(dt)
+    dt, name, w = resolve_dtype(dtype), dtype_name(dtype), 1.0
     new16, new32 = apply_update(w, update, dt), apply_update(w, update, torch.float32)
     below, above = spacing_around(w, dt)
     neighbours = f"{w - below:.9g} below (gap {below:.3e}), {w + above:.9g} above (gap {above:.3e})"
@@ -141,8 +134,7 @@ def update_report(dtype: str | torch.dtype, update: float) -> str:
         f"  smallest update that survives in {name}: {smallest_surviving_update(w, dt):.3e}",
     ]
     if kept and new16 != cast_value(w - update, dt):
-        note = "the 16-bit result is the nearest 16-bit number, so the step taken is not the step asked for"
-        lines.append(f"  note: {note}")
+        lines.append("  note: the 16-bit result is rounded, so the step taken is not the step asked for")
     return "\n".join(lines)
 
 
@@ -247,7 +239,7 @@ def time_matmul(size: int, dtype: str | torch.dtype, device: Device = None, min_
         raise ValueError(f"dtype: {refusal}")
     min_run_time = checks.positive(min_run_time, "min_run_time", 10)
     if dev.type == "cpu":
-        size = _cpu_size_within_budget(size, functools.partial(_cpu_seconds, dtype=dt), runs=3)
+        size = _cpu_size_within_budget(size, lambda n: _cpu_seconds(n, dt), runs=3)
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=g).to(device=dev, dtype=dt) for _ in range(2))
     timer = benchmark.Timer(stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
@@ -262,35 +254,33 @@ def fraction_of_peak(timing: MatmulTiming, sheet: hardware.Datasheet | None) -> 
     unless you allow it); float16 with the 16-bit tensor-core figure; bfloat16 too, except on a GPU without
     native bfloat16 (a T4), whose datasheet has no bfloat16 figure.
     """
-    if sheet is None or not timing.device.startswith("cuda"):
+    no_bf16_figure = timing.dtype == "bfloat16" and not hardware.bf16_native(timing.device)  # a T4: none
+    if sheet is None or not timing.device.startswith("cuda") or no_bf16_figure:
         return None
-    if timing.dtype == "float32":
-        return timing.tflops / sheet.fp32_tflops
-    if timing.dtype == "bfloat16" and not hardware.bf16_native(timing.device):
-        return None
-    return timing.tflops / sheet.tensor16_tflops
+    return timing.tflops / (sheet.fp32_tflops if timing.dtype == "float32" else sheet.tensor16_tflops)
 
 
 def timing_report(timings: Sequence[MatmulTiming], sheet: hardware.Datasheet | None = None) -> str:
     """Lines of ms per multiply and TFLOP/s for each timing, the speed-up over the first, and % of peak."""
-    base = timings[0]
-    lines = []
-    for t in timings:
-        rate = t.tflops * 1000  # GFLOP/s
-        gflops = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # small CPU figures keep 2 digits
-        line = f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
-        line += f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)"
-        if t is not base and t.size == base.size:
-            speedup = base.ms / t.ms
-            change = f"{speedup:.1f}x faster" if speedup >= 1 else f"{1 / speedup:.1f}x slower"
-            line += f", {change} than {base.dtype}"
-        elif t is not base:  # shrunk to fit the CPU time budget: compare throughputs, not times
-            line += f", {t.tflops / base.tflops:.2f}x the throughput of {base.dtype} (a smaller matrix: too slow here)"
-        peak = fraction_of_peak(t, sheet)
-        if peak is not None:
-            line += f", {peak:.0%} of the {sheet.name} datasheet peak"
-        lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(_timing_line(t, timings[0], sheet) for t in timings)
+
+
+def _timing_line(t: MatmulTiming, base: MatmulTiming, sheet: hardware.Datasheet | None) -> str:
+    """One line of :func:`timing_report`: ``t`` on its own, then against ``base`` and the datasheet peak."""
+    rate = t.tflops * 1000  # GFLOP/s
+    gflops = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # small CPU figures keep 2 digits
+    line = f"{t.dtype:>8} on {t.device}: {t.ms:9.2f} ms per {t.size}x{t.size} matmul, "
+    line += f"{t.tflops:8.3f} TFLOP/s ({gflops} GFLOP/s)"
+    if t is not base and t.size == base.size:
+        speedup = base.ms / t.ms
+        change = f"{speedup:.1f}x faster" if speedup >= 1 else f"{1 / speedup:.1f}x slower"
+        line += f", {change} than {base.dtype}"
+    elif t is not base:  # shrunk to fit the CPU time budget: compare throughputs, not times
+        line += f", {t.tflops / base.tflops:.2f}x the throughput of {base.dtype} (a smaller matrix: too slow here)"
+    peak = fraction_of_peak(t, sheet)
+    if peak is not None:
+        line += f", {peak:.0%} of the {sheet.name} datasheet peak"
+    return line
 
 
 def _timing_case(size: int, dtype: str | torch.dtype, device: Device) -> tuple[int, torch.dtype, torch.device, str]:
@@ -303,9 +293,8 @@ def _timing_case(size: int, dtype: str | torch.dtype, device: Device) -> tuple[i
     if dt != torch.float16 or dev.type != "cpu" or size <= n:
         return size, dt, dev, ""
     refusal = (
-        f"float16 is timed on a CPU only up to {n}x{n}: most CPUs have no float16 matrix instructions, and "
-        f"PyTorch's CPU float16 matmul is tens to hundreds of times slower than float32, so one {size}x{size} "
-        f"multiply could take a minute or more. Choose a side of {n} or less, or bfloat16."
+        f"float16 is timed on a CPU only up to {n}x{n}: CPU float16 matmuls are tens to hundreds of times slower than "
+        f"float32, so one {size}x{size} multiply could take minutes. Choose a side of {n} or less, or bfloat16."
     )
     return size, dt, dev, refusal
 
@@ -315,10 +304,8 @@ def matmul_report(size: int, dtype: str | torch.dtype, device: Device = None) ->
     size, dt, dev, refusal = _timing_case(size, dtype, device)
     if refusal:
         return refusal
-    timings = [time_matmul(size, torch.float32, dev)]
-    if dt != torch.float32:
-        timings.append(time_matmul(size, dt, dev))
-    return timing_report(timings, hardware.current_datasheet())
+    dtypes = [torch.float32] if dt == torch.float32 else [torch.float32, dt]
+    return timing_report([time_matmul(size, d, dev) for d in dtypes], hardware.current_datasheet())
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,6 +325,12 @@ class StepLog(NamedTuple):
     loss: float
     scale: float
     skipped: bool
+
+    def text(self, losses: bool) -> str:
+        """'step N: loss L, loss scale S' (without the loss when not ``losses``), and a note if it was skipped."""
+        loss = f"loss {self.loss:.2f}, " if losses else ""
+        skipped = "   <- gradients overflowed: step skipped, scale halved" if self.skipped else ""
+        return f"step {self.step:3d}: {loss}loss scale {self.scale:,.0f}{skipped}"
 
 
 class TrainResult(NamedTuple):
@@ -367,13 +360,8 @@ class TrainResult(NamedTuple):
         """
         every = checks.integer(every, "every", 1)
         losses = checks.flag(losses, "losses")
-        lines = []
-        for log in self.history:
-            if log.step % every == 0 or log.step == 1 or log.skipped:
-                loss = f"loss {log.loss:.2f}, " if losses else ""
-                skipped = "   <- gradients overflowed: step skipped, scale halved" if log.skipped else ""
-                lines.append(f"step {log.step:3d}: {loss}loss scale {log.scale:,.0f}{skipped}")
-        return "\n".join(lines)
+        shown = [log for log in self.history if log.step % every == 0 or log.step == 1 or log.skipped]
+        return "\n".join(log.text(losses) for log in shown)
 
 
 def train_mixed_precision(

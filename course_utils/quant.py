@@ -26,6 +26,7 @@ import math
 from typing import Literal, NamedTuple, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_utils import checks
@@ -49,8 +50,7 @@ EIGHT_WEIGHTS: tuple[float, ...] = (0.12, -0.05, 0.31, -0.22, 0.02, -0.35, 0.18,
 # --------------------------------------------------------------------------------------------
 def _check_tensor(x: object) -> torch.Tensor:
     """``x`` as a non-empty floating-point tensor (:func:`_block_stats` rejects NaN and inf on its way)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    checks.instance(x, "x", torch.Tensor, "a torch.Tensor")
     if not x.is_floating_point():
         raise TypeError(f"x must have a floating-point dtype (float32, bfloat16, ...), got {x.dtype}")
     if x.numel() == 0:
@@ -91,18 +91,14 @@ class QuantizedTensor(NamedTuple):
     def name(self) -> str:
         """A short label such as 'int4', 'int8 + zero-point, blocks of 64' or 'nf4, blocks of 64'."""
         base = "nf4" if self.codebook is not None else f"int{self.bits}"
-        if self.zero_points is not None:
-            base += " + zero-point"
-        return base + (f", blocks of {self.block_size}" if self.block_size else ", one scale")
+        zero_point = " + zero-point" if self.zero_points is not None else ""
+        return base + zero_point + (f", blocks of {self.block_size}" if self.block_size else ", one scale")
 
 
 def _blocks(flat: torch.Tensor, block_size: int | None) -> torch.Tensor:
     """``flat`` as a (n_blocks, block) matrix, zero-padded at the end (zeros never change a block's range)."""
     size = min(block_size or flat.numel(), flat.numel())
-    pad = (-flat.numel()) % size
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    return flat.reshape(-1, size)
+    return F.pad(flat, (0, (-flat.numel()) % size)).reshape(-1, size)
 
 
 def _unblock(blocks: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -242,12 +238,14 @@ _SCHEMES: tuple[tuple[str, int | None, bool], ...] = (
 
 def compare_schemes(x: torch.Tensor, bits_list: Sequence[int] = (4, 8)) -> list[_SchemeResult]:
     """Quantize ``x`` with every scheme at every bit width; report average error and size incl. overhead."""
-    rows = []  # quantize checks x (a tensor of finite floats) and each of bits_list
-    for bits in bits_list:
-        for label, block_size, symmetric in _SCHEMES:
-            q = quantize(x, bits, block_size, symmetric)
-            rows.append(_SchemeResult(label, bits, mean_abs_error(x, q), storage(q).total, bits_per_weight(q)))
-    return rows
+    # quantize checks x (a tensor of finite floats) and each of bits_list
+    return [_scheme_row(x, bits, *scheme) for bits in bits_list for scheme in _SCHEMES]
+
+
+def _scheme_row(x: torch.Tensor, bits: int, label: str, block_size: int | None, symmetric: bool) -> _SchemeResult:
+    """One row of :func:`compare_schemes`: ``x`` quantized in one scheme at ``bits`` bits."""
+    q = quantize(x, bits, block_size, symmetric)
+    return _SchemeResult(label, bits, mean_abs_error(x, q), storage(q).total, bits_per_weight(q))
 
 
 def format_scheme_table(rows: Sequence[_SchemeResult], float32_bytes: int) -> str:
@@ -276,9 +274,8 @@ class _EightNumbers(NamedTuple):
     @property
     def decimals(self) -> int:
         """Digits to print: 2 when the step is a whole number of hundredths (0.05, 0.35), else 3 significant."""
-        if abs(round(self.step, 2) - self.step) < 1e-7:
-            return 2
-        return max(2, 2 - math.floor(math.log10(self.step)))
+        whole_hundredths = abs(round(self.step, 2) - self.step) < 1e-7
+        return 2 if whole_hundredths else max(2, 2 - math.floor(math.log10(self.step)))
 
 
 def eight_numbers(bits: int = 4) -> _EightNumbers:

@@ -13,10 +13,9 @@ real model, so every footprint and parameter count is real; only its generated t
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -67,8 +66,7 @@ def ensure_standin(config: Any = STANDIN_CONFIG, *, seed: int = 0, folder: str |
     from transformers import AutoModelForCausalLM
 
     checks.integer(seed, "seed", 0)
-    if isinstance(config, (str, os.PathLike, Mapping)):
-        config = transformers_config(config)
+    config = transformers_config(config)
     target = writable_cache_dir(folder) / f"standin-{config.model_type}-seed{seed}-{_standin_key(config, seed)}"
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
@@ -123,10 +121,8 @@ def lesson_model_skip_reason(choice: ModelChoice, no_4bit: str | None = None) ->
     It is the GPU path: on a CPU its 4-bit load alone takes minutes. ``choice`` tells whether the Hub answered;
     ``no_4bit`` is :func:`course_utils.models.bitsandbytes_missing`'s answer.
     """
-    if not isinstance(choice, ModelChoice):
-        raise TypeError(f"choice must be the ModelChoice from choose_model, got {type(choice).__name__}")
-    if no_4bit is not None and not isinstance(no_4bit, str):
-        raise TypeError(f"no_4bit must be None or the reason string of bitsandbytes_missing, got {no_4bit!r}")
+    checks.instance(choice, "choice", ModelChoice, "the ModelChoice from choose_model")
+    checks.instance(no_4bit, "no_4bit", (str, type(None)), "None or the reason string of bitsandbytes_missing")
     if not torch.cuda.is_available():
         return "it needs a CUDA GPU (on a CPU its 4-bit load alone takes minutes), and there is none here"
     if not choice.from_hub:

@@ -125,9 +125,7 @@ class StepEstimate:
     def parts(self) -> list[tuple[str, int]]:
         """(label, bytes) of everything in memory at the peak moment, in print order."""
         spec, method = self.spec, ALL_METHODS[self.spec["method"]]
-        weights = method.weights
-        if spec["method"] == "qlora":
-            weights = f"NF4 base, {_rest_dtype(spec)} embedding/norms + float32 adapters"
+        weights = method.weights.format(rest=_rest_dtype(spec))
         # torch AdamW's two states take the trained tensor's dtype: 8 bytes per trained number, 4 for full-bf16
         adamw = "8-bit AdamW" if spec["optimizer"] == "adamw8bit" else f"AdamW, {2 * method.trained_bytes} bytes"
         runtime = ("framework runtime after a first step (kernels, threads)", self.runtime_bytes)
@@ -354,12 +352,8 @@ def estimate_step(
     checks.integer(lora_rank, "lora_rank", 1, MAX_LORA_RANK)
     checks.integer(accumulation, "accumulation", 1, 100_000)
     checks.choice(attention, "attention", ("auto", *BACKENDS))
-    spec.update(
-        targets=normalize_targets(targets),
-        checkpointing=bool(checkpointing),
-        autocast=bool(autocast),
-        kbit_preparation=checks.flag(kbit_preparation, "kbit_preparation"),
-    )
+    checks.flag(kbit_preparation, "kbit_preparation")
+    spec.update(targets=normalize_targets(targets), checkpointing=bool(checkpointing), autocast=bool(autocast))
     # on CUDA the allocator counter starts at 0: the CUDA context (0.3-0.6 GB) lives outside it
     if baseline_bytes is None:
         baseline_bytes = CPU_BASELINE_BYTES if device == "cpu" else 0
@@ -413,10 +407,8 @@ def _present_capability() -> tuple[int, int] | None:
     """The compute capability of the CUDA GPU present, or None (no GPU, torch cannot tell, or torch was never
     imported here: then no GPU was used, and an estimate stays free of torch's import)."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return None
     try:
-        return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+        return tuple(torch.cuda.get_device_capability()) if torch and torch.cuda.is_available() else None
     except (RuntimeError, AssertionError):
         return None
 
@@ -445,7 +437,5 @@ def error_percent(estimate_bytes: float, measured_bytes: float) -> float:
 
 def comparison_line(estimate_bytes: float, measured_bytes: float) -> str:
     """The CLI's last line: ``estimate X GB, measured Y GB, error Z %``."""
-    return (
-        f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, "
-        f"error {error_percent(estimate_bytes, measured_bytes):+.1f} %"
-    )
+    error = error_percent(estimate_bytes, measured_bytes)
+    return f"estimate {estimate_bytes / GB:.2f} GB, measured {measured_bytes / GB:.2f} GB, error {error:+.1f} %"

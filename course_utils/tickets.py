@@ -98,14 +98,12 @@ def end_of_answer(tokenizer: Any) -> str:
     Read from the template, not from ``eos_token``: a tokenizer converted from GGUF by some transformers
     versions (5.15) names ``<|im_start|>`` as its eos token, and a model trained to end with that would run on.
     """
-    if getattr(tokenizer, "chat_template", None):
-        marker = "ANSWER-END-MARKER"
-        turn = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
-        text = tokenizer.apply_chat_template(turn, tokenize=False)
-        end = text[text.rindex(marker) + len(marker) :].strip()
-        if end:
-            return end
-    return tokenizer.eos_token or ""
+    if not getattr(tokenizer, "chat_template", None):
+        return tokenizer.eos_token or ""
+    marker = "ANSWER-END-MARKER"
+    turn = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
+    end = tokenizer.apply_chat_template(turn, tokenize=False).rpartition(marker)[2].strip()
+    return end or tokenizer.eos_token or ""
 
 
 def training_example(tokenizer: Any, ticket: Ticket, device: "torch.device | str | None" = None) -> dict[str, Any]:
@@ -118,15 +116,15 @@ def training_example(tokenizer: Any, ticket: Ticket, device: "torch.device | str
     """
     import torch
 
-    if not isinstance(ticket, Ticket):
-        raise TypeError(f"ticket must be a Ticket (see load_tickets), got {type(ticket).__name__}")
+    checks.instance(ticket, "ticket", Ticket, "a Ticket (see load_tickets)")
     prompt = tokenizer(prompt_text(tokenizer, ticket), add_special_tokens=False)["input_ids"]
     answer = tokenizer(answer_text(ticket.team) + end_of_answer(tokenizer), add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt + answer], device=device)
     # Only the last len(answer) + 1 positions predict an answer token: the model computes the vocabulary-sized
-    # logits for those alone (logits_to_keep), and the labels are cut to match (the loss shifts them by one).
+    # logits for those alone (logits_to_keep), and the labels are cut to match: the loss shifts them by one, so
+    # they are the last prompt position's -100 (never read), then the answer.
     keep = len(answer) + 1
-    labels = torch.tensor([([-100] * len(prompt) + answer)[-keep:]], device=device)
+    labels = torch.tensor([[-100] + answer], device=device)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels, "logits_to_keep": keep}
 
 
@@ -136,13 +134,14 @@ def route(model: Any, tokenizer: Any, tickets: Sequence[Ticket], max_new_tokens:
 
     from course_utils.quiet import quiet_libraries
 
-    if isinstance(tickets, (str, Ticket)) or not tickets or not all(isinstance(t, Ticket) for t in tickets):
+    # A str or a single Ticket fails this too: their items are strings.
+    if not tickets or not all(isinstance(t, Ticket) for t in tickets):
         raise ValueError("tickets must be a non-empty list of Ticket (see load_tickets)")
     prompts = [tokenizer(prompt_text(tokenizer, t), add_special_tokens=False)["input_ids"] for t in tickets]
     # Padded on the left, as generation continues each prompt at its right end (eos pads where there is no pad).
     pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=next(model.parameters()).device)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=ids.device)
     # Stop at the end of an answer as training wrote it, and at whatever the model's own config says.
     stops = tokenizer(end_of_answer(tokenizer), add_special_tokens=False)["input_ids"][-1:]
@@ -202,10 +201,8 @@ def margin_over_chance(total: int) -> int:
     margin, say "more than before", a guesser passes often: 13 or more of 48 with a chance of 42 %.
     """
     base = math.ceil(checks.integer(total, "total", 1) / len(TEAMS))
-    k = 0
-    while base + k < total and chance_tail(total, base + k) > 0.01:
-        k += 1
-    return k
+    # The first k that passes the level; at the latest, every ticket right (base + k == total).
+    return next(k for k in range(total - base + 1) if base + k == total or chance_tail(total, base + k) <= 0.01)
 
 
 def wilson_interval(successes: int, total: int) -> tuple[float, float]:

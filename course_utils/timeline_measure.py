@@ -89,18 +89,17 @@ def measure_timeline(
     in_child = _place_on_device(spec, device)
     if torch.device(spec["device"]).type not in ("cpu", "cuda"):
         raise ValueError(f"device must be a CPU or a CUDA GPU; got {spec['device']!r}")
-    folder = None if out_dir is None else Path(out_dir)
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
     if in_child:
-        return _child_timeline(spec, timeout_s, folder)
-    return _cuda_timeline(spec, timeout_s, folder or Path(tempfile.mkdtemp(prefix="step_timeline_")))
+        return _child_timeline(spec, timeout_s, out_dir)
+    return _cuda_timeline(spec, timeout_s, Path(out_dir or tempfile.mkdtemp(prefix="step_timeline_")))
 
 
 # --------------------------------------------------------------------------------------------
 # Where the step runs
 # --------------------------------------------------------------------------------------------
-def _child_timeline(spec: dict[str, Any], timeout_s: float, out_dir: Path | None) -> Timeline:
+def _child_timeline(spec: dict[str, Any], timeout_s: float, out_dir: str | Path | None) -> Timeline:
     """The timeline of a step run in a bounded child process (:func:`_run_in_child`)."""
     request = {**spec, "out_dir": None if out_dir is None else str(out_dir)}
     data = children.call("course_utils.timeline_measure:_run_in_child", request, timeout_s)

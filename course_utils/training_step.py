@@ -93,12 +93,11 @@ def _record_attention_backends() -> Iterator[set[str]]:
     """Record which SDPA backend PyTorch picks for each attention call meanwhile ("flash", "efficient", "cudnn",
     "math"), asking its own dispatcher (``torch._fused_sdp_choice``) with the very arguments of the call."""
     seen: set[str] = set()
-    sdpa = torch.nn.functional.scaled_dot_product_attention
 
     class _Spy(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func is sdpa:
+            if func is torch.nn.functional.scaled_dot_product_attention:
                 with suppress(Exception):  # a torch without _fused_sdp_choice, or one without enable_gqa: not recorded
                     choice = SDPBackend(torch._fused_sdp_choice(*_as_autocast(args), **kwargs)).name
                     seen.add(choice.lower().removesuffix("_attention"))  # flash, efficient, cudnn or math

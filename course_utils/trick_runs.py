@@ -58,8 +58,7 @@ _MEASURED = tuple(TrickResult.__dataclass_fields__.keys() & measure.StepMeasurem
 
 def trick_kwargs(key: str, base: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of :func:`~course_utils.measure.measure_training_step` for one trick."""
-    checks.choice(key, "trick", TRICKS)
-    kwargs = {**base, **TRICKS[key].change}
+    kwargs = {**base, **TRICKS[checks.choice(key, "trick", TRICKS)].change}
     if key == "accumulation":  # same examples per optimizer step, in micro-batches
         k, batch = kwargs["accumulation"], int(base.get("batch", 8))
         if batch % k:

@@ -37,8 +37,7 @@ def printable(text: str) -> str:
     character U+FFFD (what a decoder writes for bytes that are not UTF-8) is escaped too, so it reads as
     what it is. Ordinary text, spaces included, is unchanged.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    checks.instance(text, "text", str, "a string")
     return "".join(
         ch if ch == " " or (ch.isprintable() and ch != "\ufffd") else ch.encode("unicode_escape").decode("ascii")
         for ch in text

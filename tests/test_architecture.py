@@ -67,7 +67,7 @@ def test_bad_targets() -> None:
 
 
 def test_unsupported_architecture_and_bad_rank() -> None:
-    with pytest.raises(ValueError, match="model_type 'gemma'"):
+    with pytest.raises(ValueError, match="model_type must be one of llama, mistral, qwen2, qwen3; got 'gemma'"):
         A.Architecture.from_config(dict(read_config("smollm2-135m"), model_type="gemma"))
     with pytest.raises(ValueError, match="lora_rank"):
         A.Architecture.from_config("smollm2-135m").adapter_params(0)

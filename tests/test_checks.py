@@ -14,6 +14,7 @@ def test_values_that_pass_come_back() -> None:
     assert checks.number(2, "x", 0, 2) == 2.0 and isinstance(checks.number(2, "x"), float)
     assert checks.positive(0.5, "p") == 0.5 and checks.flag(False, "f") is False
     assert checks.choice("b", "c", ("a", "b")) == "b"
+    assert checks.instance("s", "t", str, "a string") == "s" and checks.instance(2, "t", (str, int), "a key") == 2
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,7 @@ def test_values_that_pass_come_back() -> None:
         (lambda: checks.positive(0, "p"), ValueError, "p must be a finite number > 0, got 0.0"),
         (lambda: checks.flag(1, "f"), TypeError, "f must be True or False, got 1"),
         (lambda: checks.choice("z", "c", ("a", "b")), ValueError, "c must be one of a, b; got 'z'"),
+        (lambda: checks.instance(3, "t", str, "a string"), TypeError, "t must be a string, got int"),
     ],
 )
 def test_bad_values_name_the_argument_and_the_range(call, error, message: str) -> None:

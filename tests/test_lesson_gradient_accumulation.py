@@ -107,7 +107,7 @@ def test_accumulation_step_placeholders() -> None:
             _loop(weight="steps"),
             "x.chunk(4) cuts 10 examples into 3, 3, 3, 1: dividing each mean loss by 4 gives one example 1/12 or 1/4",
         ),  # the uneven split without weighting
-        (_loop(weight="steps", split="tensor_split"), "Weight each micro-batch's loss by its share of the batch"),
+        (_loop(weight="steps", split="tensor_split"), "Weight each micro-batch's loss by len(xb) / len(x)"),
         (_loop(returns="last"), "their sum is the batch's loss"),
         (_loop(returns="list"), "Zero the gradients; for each micro-batch"),
         (lambda model, optimizer, x, y, micro_batches: x / 0 + "a", "Zero the gradients; for each micro-batch"),

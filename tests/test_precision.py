@@ -30,7 +30,7 @@ def test_resolve_dtype_accepts_names_and_dtypes(name, dtype) -> None:
 
 @pytest.mark.parametrize("bad", ["float64", "int8", "fp8", "", torch.float64, torch.int8])
 def test_resolve_dtype_rejects_unknown_formats(bad) -> None:
-    with pytest.raises(ValueError, match="dtype must be float32"):
+    with pytest.raises(ValueError, match="dtype must be one of float32, bfloat16, float16"):
         precision.resolve_dtype(bad)
 
 

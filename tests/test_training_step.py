@@ -183,7 +183,7 @@ def test_cuda_peaks_count_above_what_was_allocated_before() -> None:
         optimizer=torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1),
         precision=step_model._Precision("float32", None, False),
     )
-    peak = WorkPeak(bytes=3_000, start_bytes=2_500, what="CUDA: peak", device="cuda:0", seconds=0.01)
+    peak = WorkPeak(bytes=3_000, start_bytes=2_500, what="CUDA: peak", seconds=0.01)
     spec = {
         "method": "full",
         "batch": 1,

@@ -14,7 +14,6 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from course_utils import accumulation as acc
 from course_utils import checks
-from course_utils.accumulation import MicroBatchRow
 from course_utils.lessons import kit
 from course_utils.lessons.kit import Feedback, plt
 from course_utils.units import format_bytes
@@ -31,7 +30,7 @@ def _draw_sweep(ax: Any, sizes: list[int], values: list[float], title: str, ylab
 
 
 def plot_micro_batch_sweep(
-    rows: Sequence[MicroBatchRow], highlight: int | None = None, budget_bytes: int | None = None
+    rows: Sequence[acc.MicroBatchRow], highlight: int | None = None, budget_bytes: int | None = None
 ) -> Any:
     """Two panels over micro-batch size: activation memory (left) and time for the whole batch (right).
 
@@ -65,19 +64,18 @@ def plot_micro_batch_sweep(
     return kit.finish(fig)
 
 
-def show_micro_batch(micro_batch_size: int, rows: Sequence[MicroBatchRow], budget_bytes: int | None = None) -> Any:
-    """The widget's callback: print the summary for one micro-batch size and draw the sweep chart.
+def show_micro_batch(micro_batch_size: int, rows: Sequence[acc.MicroBatchRow], budget_bytes: int | None = None) -> None:
+    """The widget's callback: print the summary for one micro-batch size and show the sweep chart.
 
     ``rows`` come from :func:`course_utils.accumulation.sweep_micro_batches` (measured once, so moving the
-    slider is instant). Returns the figure (also shown).
+    slider is instant).
     """
     print(acc.micro_batch_summary(rows, micro_batch_size, budget_bytes))
-    fig = plot_micro_batch_sweep(rows, highlight=micro_batch_size, budget_bytes=budget_bytes)
+    plot_micro_batch_sweep(rows, highlight=micro_batch_size, budget_bytes=budget_bytes)
     plt.show()
-    return fig
 
 
-def micro_batch_widget(rows: Sequence[MicroBatchRow], budget_bytes: int | None = None, value: int = 16) -> Any:
+def micro_batch_widget(rows: Sequence[acc.MicroBatchRow], budget_bytes: int | None = None, value: int = 16) -> Any:
     """A slider over the measured micro-batch sizes wired to :func:`show_micro_batch`."""
     import ipywidgets as w
 
@@ -102,8 +100,7 @@ def _accumulation_case() -> tuple[torch.nn.Linear, torch.optim.SGD, list[tuple[t
         model = torch.nn.Linear(10, 1).double()
     g = torch.Generator().manual_seed(0)
     batches = [
-        (torch.randn(n, 10, generator=g, dtype=torch.float64), torch.randn(n, 1, generator=g, dtype=torch.float64), k)
-        for n, k in _UPDATES
+        (torch.randn(n, 10, generator=g).double(), torch.randn(n, 1, generator=g).double(), k) for n, k in _UPDATES
     ]
     return model, torch.optim.SGD(model.parameters(), lr=_LR), batches
 
@@ -119,9 +116,13 @@ def _near(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 
 def _update_slips(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, previous: torch.Tensor | None
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, carried: torch.Tensor
 ) -> list[tuple[torch.Tensor, str]]:
-    """The gradient each typical slip gives on this update (from a copy of ``model``), with the hint it earns."""
+    """The gradient each typical slip gives on this update (from a copy of ``model``), with the hint it earns.
+
+    ``carried`` is this update's gradient plus the previous one's (zero on the first update): what a loop that never
+    zeroes ``.grad`` gives.
+    """
     probe = copy.deepcopy(model)
     chunks = [_flat(acc.accumulated_gradients(probe, xb, yb)) for xb, yb in zip(x.chunk(k), y.chunk(k))]
     splits = [_flat(acc.accumulated_gradients(probe, xb, yb)) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k))]
@@ -129,8 +130,7 @@ def _update_slips(
     shares = " or ".join(f"1/{round(1 / w)}" for w in sorted(set(acc.weight_per_item(sizes, "micro_mean"))))
     unweighted = (
         f"x.chunk({k}) cuts {len(x)} examples into {', '.join(map(str, sizes))}: dividing each mean loss by {k} gives "
-        f"one example {shares} of the gradient instead of 1/{len(x)}. Weight each micro-batch's loss by its share of "
-        "the batch, len(xb) / len(x)."
+        f"one example {shares} of the gradient, not 1/{len(x)}. Weight each micro-batch's loss by len(xb) / len(x)."
     )
     once = "Zero once per update, before the loop (or after optimizer.step())."
     wiped = f"zero_grad() inside the loop wipes the earlier ones. {once}"
@@ -138,19 +138,14 @@ def _update_slips(
         f"The gradient is {k} times too large: each backward() adds into .grad, so divide each micro-batch's loss by "
         f"the {k} micro-batches (more exactly: multiply it by len(xb) / len(x))."
     )
-    slips = [
+    return [
         (sum(chunks), too_large),
         (chunks[-1] / k, f"Only the last micro-batch's gradient is left: {wiped}"),
         (chunks[-1], f"Only the last micro-batch's gradient is left, undivided: {wiped}"),
         (sum(chunks) / k, unweighted),
         (sum(splits) / k, unweighted),
+        (carried, f"This update also carried the previous update's gradient: .grad adds up until you zero it. {once}"),
     ]
-    if previous is not None:
-        carried = (
-            f"This update also carried the previous update's gradient: .grad keeps adding up until you zero it. {once}"
-        )
-        slips.append((previous + _flat(acc.accumulated_gradients(probe, x, y)), carried))
-    return slips
 
 
 def check_accumulation_step(fn: Any) -> Feedback:
@@ -163,13 +158,13 @@ def check_accumulation_step(fn: Any) -> Feedback:
         "Zero the gradients; for each micro-batch, backward() its mean loss times len(xb) / len(x); then one "
         "optimizer.step(). Return the batch's loss, the sum of those weighted losses."
     )
-    previous = None
+    previous = torch.zeros(())  # the previous update's gradient: none before the first
     for i, (x, y, k) in enumerate(batches, 1):
         before = _flat(model.parameters())
         want = _flat(acc.accumulated_gradients(copy.deepcopy(model), x, y))
         with torch.no_grad():
             want_loss = float(torch.nn.functional.mse_loss(model(x), y))
-        slips = _update_slips(model, x, y, k, previous)
+        slips = _update_slips(model, x, y, k, previous + want)
         steps.clear()
         call = f"{name} on update {i} ({len(x)} examples, {k} micro-batches)"
         got, feedback = kit.call_answer(fn, (model, optimizer, x, y, k), name=name, call=call, hint=hint)
@@ -244,8 +239,7 @@ _BATCH_LOSS_MISTAKES: tuple[tuple[Callable[[Sequence[float], Sequence[int]], flo
     ),
     (
         lambda m, n: sum(m) / sum(n),
-        "Each mean is already divided by its own token count: multiply it back (mean x tokens) before dividing by "
-        "all the tokens.",
+        "Each mean is already divided by its token count: multiply it back (mean x tokens), then divide by all tokens.",
     ),
 )
 
@@ -254,10 +248,7 @@ def check_batch_loss(fn: Any) -> Feedback:
     """Exercise 2: ``fn(mean_losses, token_counts)`` must give the batch's mean loss per real token."""
     means, counts, full = token_case()
     cases = [*_BATCH_LOSS_CASES, ((means, counts), full)]
-    hint = (
-        "Each micro-batch's mean times its token count is its summed loss; add those up and divide by all the "
-        "real tokens of the batch."
-    )
+    hint = "Mean x token count is each micro-batch's summed loss; add those up and divide by all the real tokens."
     verdict = kit.check_function(fn, cases, name="batch_loss", rel_tol=1e-5, hint=hint, mistakes=_BATCH_LOSS_MISTAKES)
     if verdict.correct:
         return kit.right(

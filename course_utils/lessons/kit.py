@@ -104,8 +104,7 @@ class Feedback:
             return f"Right: {self.message}"
         if not self.answered:
             return f"Not answered yet: {self.message}"
-        text = f"Not yet: {self.message}"
-        return f"{text}\nHint: {self.hint}" if self.hint else text
+        return f"Not yet: {self.message}" + (f"\nHint: {self.hint}" if self.hint else "")
 
     __repr__ = __str__  # what a notebook cell shows when a check is its last line
 

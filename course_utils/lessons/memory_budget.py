@@ -134,7 +134,7 @@ _PRESET_CONFIGS = {
     "Qwen2.5-1.5B (config)": "qwen2.5-1.5b-instruct",
     "Qwen3-4B (config)": "qwen3-4b-instruct-2507",
 }
-_ROUND_SIZES = {"a 1.7B model": 1.7, "a 7B model": 7.0, "a 70B model": 70.0}
+_ROUND_SIZES = {m.name: m for m in mem.MODELS[1:]}  # the lesson's models after SmolLM2: 1.7B, 7B, 70B
 _MODEL_CHOICES = (*_PRESET_CONFIGS, *_ROUND_SIZES, CUSTOM)
 #: The GPUs the step planner budgets against, each judged against its usable memory (a T4 15.83 GB: 15.33 GB).
 _STEP_GPUS = ("T4", "L4", "A100-40GB", "H100")
@@ -163,8 +163,8 @@ def plan(model: str, billions: float, method: str, lora_rank: int, budget_gb: fl
     if model in _PRESET_CONFIGS:
         size = mem.model_from_config(_PRESET_CONFIGS[model], lora_rank, name=model.replace(" (config)", ""))
     else:
-        params = int(round(_ROUND_SIZES.get(model, billions) * GB))
-        size = mem.ModelSize(model if model in _ROUND_SIZES else mem.size_name(params), params)
+        params = int(round(billions * GB))  # used for CUSTOM only
+        size = _ROUND_SIZES.get(model, mem.ModelSize(mem.size_name(params), params))
     est = mem.estimate(size.params, method, adapter=size.adapter, lora_rank=lora_rank, name=size.name)
     if mem.ALL_METHODS[method].trains_all:
         trained = f"trains all {est.params:,} parameters"
@@ -255,9 +255,8 @@ def step_plan(
     ]
     for budget, own in zip(budgets, per_card):
         usable = datasheets.usable_gb(budget.gb)
-        differs = (
-            f"; {own.attention.backend} attention: {own.peak_gb:.2f} GB" if own.peak_bytes != est.peak_bytes else ""
-        )
+        other_kernel = own.peak_bytes != est.peak_bytes  # this card's attention kernel changes the peak
+        differs = f"; {own.attention.backend} attention: {own.peak_gb:.2f} GB" if other_kernel else ""
         lines.append(
             f"  {budget.label}, usable {usable:.4g} GB: {mem.step_verdict(own.peak_gb, usable)} "
             f"({100 * own.peak_gb / usable:.0f} % of usable{differs})"
@@ -315,16 +314,8 @@ def _bytes_slips(bits: int, trained: bool) -> list[tuple[float, str]]:
     if trained:
         return [
             (4 * weight, f"All four numbers in {bits} bits? Only the frozen base is; what trains stays float32."),
-            (
-                weight + 12,
-                f"That stores the trained number itself in {bits} bits. The method keeps it in float32 "
-                "(4 bytes, the copy the optimizer updates); only the frozen base is smaller.",
-            ),
-            (
-                12,
-                "One of the four numbers is missing: a trained number keeps itself (4 bytes), its gradient (4) "
-                "and AdamW's two running averages (4 + 4). Forgot the gradient, or counted one average?",
-            ),
+            (weight + 12, f"Stored in {bits} bits? The method keeps it in float32 (the copy the optimizer updates)."),
+            (12, "Itself, its gradient, two averages: 4 bytes each. Forgot the gradient, or counted one average?"),
             (8, "AdamW's two running averages are missing: 4 + 4 bytes, on top of the number and its gradient."),
             (4, "That is the number alone. Training adds its gradient and AdamW's two averages: 16 bytes in all."),
             (128, "That is in bits (4 numbers x 32 bits): divide by 8 for bytes."),
@@ -350,8 +341,8 @@ def check_bytes_per_parameter(fn: Any) -> Feedback:
         got, feedback = kit.call_answer(fn, (bits, trained), name=name, call=call, hint=hint)
         if feedback is not None:
             return feedback
-        meth = mem.METHODS[method]  # trained: itself, its gradient, AdamW's two averages; frozen: itself only
-        expected = 4 * meth.trained_bytes if trained else meth.base_bytes
+        # trained: itself, its gradient, AdamW's two averages; frozen: itself only
+        expected = 4 * mem.METHODS[method].trained_bytes if trained else mem.METHODS[method].base_bytes
         slips = _bytes_slips(bits, trained)
         what_number = "a number of bytes"
         verdict = kit.check_number(got, expected, name=call, what=what_number, rel_tol=1e-3, mistakes=slips, hint=hint)
@@ -376,28 +367,22 @@ def best_method(params: float, budget_gb: float) -> str:
 
 def _check_method_for(answer: Any, model: str, budget_gb: float, name: str) -> Feedback:
     """Check a choice of the first method that fits ``model`` in ``budget_gb``; each wrong option's hint says why."""
-    params = next(m.params for m in mem.MODELS if m.name == model)
+    params = _ROUND_SIZES[model].params
     expected, line = best_method(params, budget_gb), mem.line_gb(budget_gb)
     est = {m: mem.estimate(params, m) for m in _ORDER}
+    best = est.get(expected)  # None when no method fits
     hints = {}
     for m, e in est.items():
-        label = e.label[0].upper() + e.label[1:]
+        needs = f"{e.label[0].upper() + e.label[1:]} needs {e.gb:.2f} GB"
         if e.gb > budget_gb:
-            hints[m] = f"{label} needs {e.gb:.2f} GB: more than the whole {budget_gb:g} GB."
+            hints[m] = f"{needs}: more than the whole {budget_gb:g} GB."
         elif e.gb > line:
-            hints[m] = (
-                f"{label} needs {e.gb:.2f} GB: under {budget_gb:g} GB, but over its 70 % line "
-                f"({line:g} GB). The other 30 % is for activations and the program itself."
-            )
+            hints[m] = f"{needs}: over its 70 % line ({line:g} GB); the other 30 % is for activations and the program."
         elif m != expected:
-            hints[m] = (
-                f"{label} fits ({e.gb:.2f} GB), but {est[expected].label} fits too ({est[expected].gb:.2f} GB) "
-                "and comes first in the order: it gives up less."
-            )
-    if expected == "none":
+            hints[m] = f"{needs}: it fits, but {best.label} fits too ({best.gb:.2f} GB) and gives up less."
+    if best is None:
         why = f"Even QLoRA needs {est['qlora'].gb:.2f} GB, over the 70 % line ({line:g} GB)."
     else:
-        best = est[expected]
         hints["none"] = f"{best.label} needs {best.gb:.2f} GB, within the 70 % line of {budget_gb:g} GB ({line:g} GB)."
         why = f"{best.label}: {best.gb:.2f} GB, within the 70 % line ({line:g} GB)."
     return kit.check_choice(answer, expected, name=name, options=_CHOICES, hints=hints, why=why)
@@ -458,26 +443,26 @@ def timeline_chart(
     """The step's memory over time: the measured (else predicted) kinds stacked, the predicted total dashed, each
     peak named by its phase. ``whole_process``: the process's own memory too, at the bottom; ``measured_peak_bytes``:
     a peak measured some other way (a whole process's), dotted."""
-    fig, ax = kit.plt.subplots(figsize=(8.0, 3.8))
+    xlabel = "moments of the step, in order" if measured is None else "seconds into the step"
+    ylabel = "GB alive" + ("" if whole_process else " (tensors)")
+    fig, ax = kit.new_figure(title, xlabel, ylabel, figsize=(8.0, 3.8))
     px = _predicted_x(predicted, measured)
-    peaks = [(predicted, px, "predicted")]
+    # each peak: its marker, and its name's offset (the two names apart where the peaks meet)
+    peaks = [(predicted, px, "predicted", "x", (6, -14))]
     if measured is None:
         stack_by_kind(ax, predicted, px, whole_process, step="post")
     else:
         xs = measured.times_s or list(range(len(measured.points)))
         stack_by_kind(ax, measured, xs, whole_process, step=None)
-        peaks.append((measured, xs, "measured"))
+        peaks.append((measured, xs, "measured", "o", (6, 6)))
     totals = [_alive_gb(p, whole_process) for p in predicted.points]
     ax.step(px, totals, where="post", color="black", linestyle="--", linewidth=1.2, label="predicted total")
     if measured_peak_bytes is not None:
         ax.axhline(measured_peak_bytes / GB, color=kit.COLORS["measured"], linestyle=":", label="measured peak")
-    for tl, xs, who in peaks:
+    for tl, xs, who, marker, offset in peaks:
         x, y = xs[tl.points.index(tl.peak)], _alive_gb(tl.peak, whole_process)
-        offset = (6, 6) if who == "measured" else (6, -14)  # the two names apart where the peaks meet
-        ax.plot(x, y, "o" if who == "measured" else "x", color="black")
+        ax.plot(x, y, marker, color="black")
         ax.annotate(f"{who} peak: {tl.peak.phase}", (x, y), textcoords="offset points", xytext=offset, fontsize=8)
-    xlabel = "moments of the step, in order" if measured is None else "seconds into the step"
-    ax.set(title=title, xlabel=xlabel, ylabel="GB alive" + ("" if whole_process else " (tensors)"))
     return kit.finish(fig, ax, fontsize=8, loc="upper left")
 
 

@@ -6,7 +6,7 @@ The numbers come from :mod:`course_utils.step_memory`, :mod:`course_utils.bottle
 a timeline's stacked kinds, the step planner's controls. Nothing here imports torch.
 """
 
-from typing import Any, Callable
+from typing import Any
 
 from course_utils import checks, datasheets, memory
 from course_utils.architecture import Architecture
@@ -16,10 +16,9 @@ from course_utils.lessons import kit
 from course_utils.lessons.kit import Feedback
 from course_utils.lessons.memory_budget import plot_estimate_vs_measured as plot_estimate_vs_measured
 from course_utils.lessons.memory_budget import plot_step_against_budgets, stack_by_kind, step_controls
-from course_utils.lessons.memory_budget import timeline_chart as timeline_chart
-from course_utils.lessons.memory_budget import timeline_text as timeline_text
+from course_utils.lessons.memory_budget import timeline_chart as timeline_chart, timeline_text as timeline_text
 from course_utils.step_memory import estimate_step, saved_activations
-from course_utils.timeline import Timeline, TimelinePoint, predicted_timeline, tensor_total
+from course_utils.timeline import Timeline, predicted_timeline, tensor_total
 from course_utils.units import GB
 
 #: The GPU memories the planner offers, in GB (each judged against its usable memory, less the CUDA context).
@@ -42,8 +41,7 @@ def bottleneck_view(
     step fits up to 90 % of it (:func:`course_utils.memory.step_verdict`). ``config`` is a shipped preset; bounded:
     ``batch`` 1-256 and ``seq`` up to 8192, so a click cannot ask for an absurd estimate.
     """
-    checks.choice(config, "config", config_presets())
-    checks.choice(method, "method", memory.METHODS)
+    checks.choice(config, "config", config_presets())  # the method is checked by what_is_my_bottleneck
     checks.integer(batch, "batch", 1, 256)
     checks.integer(seq, "seq", 1, 8192)
     step = {"seq": seq, "checkpointing": checkpointing, "optimizer": optimizer, "device": "cuda"}
@@ -81,14 +79,13 @@ def miniature() -> dict[str, Any]:
 
 class StandInCounter:
     """A stand-in for ``torch.cuda``'s allocator counter, the same on every machine: the bytes a replayed step's
-    tensors hold (:meth:`hold`) and the most since the last reset, read through torch.cuda's own method names."""
+    tensors hold (:meth:`step`) and the most since the last reset, read through torch.cuda's own method names.
 
-    def __init__(self, in_use: int, peak: int) -> None:
-        self.in_use, self.peak, self.used = in_use, peak, False
+    It starts with ``in_use`` bytes held and an earlier ``peak``; one step holds each of ``step_bytes`` in turn.
+    """
 
-    def hold(self, nbytes: int) -> None:
-        """The replayed step's tensors now hold ``nbytes``."""
-        self.in_use, self.peak = nbytes, max(self.peak, nbytes)
+    def __init__(self, in_use: int, peak: int, step_bytes: list[int]) -> None:
+        self.in_use, self.peak, self.step_bytes, self.used = in_use, peak, step_bytes, False
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
         """Forget earlier peaks: from now on the peak starts at what is in use."""
@@ -107,40 +104,27 @@ class StandInCounter:
     def synchronize(self, device: Any = None) -> None:
         """Nothing to wait for: the replay runs no GPU work."""
 
-    def replay(self, points: list[TimelinePoint], after: int) -> Callable[[], None]:
-        """The step the learner's function runs: the counter follows ``points`` (forward, backward, the optimizer
-        step), then holds ``after`` (the gradients stay until the next step's ``zero_grad``)."""
-
-        def step() -> None:
-            for point in points:
-                self.hold(tensor_total(point))
-            self.hold(after)
-
-        return step
+    def step(self) -> None:
+        """The step the learner's function runs: the tensors hold each of ``step_bytes`` in turn."""
+        for nbytes in self.step_bytes:
+            self.in_use, self.peak = nbytes, max(self.peak, nbytes)
 
 
 def check_step_peak(fn: Any) -> Feedback:
     """Exercise 1: ``fn(step, counter)`` resets the peak counter, runs ``step()`` once and returns the peak in bytes."""
     name = "step_peak"
-    hint = (
-        "Three lines: counter.reset_peak_memory_stats(), then step(), then return counter.max_memory_allocated(), "
-        "in bytes."
-    )
-    use_counter = (
-        "Call the counter argument's methods (torch.cuda by default; the check passes a stand-in): "
-        "counter.reset_peak_memory_stats(), counter.max_memory_allocated()."
-    )
-    config = miniature()
+    hint = "Three lines: counter.reset_peak_memory_stats(), step(), return counter.max_memory_allocated() (bytes)."
+    use_counter = "Call the counter argument's methods (counter.max_memory_allocated()): the check passes a stand-in."
     peaks: list[str] = []
     for what, checkpointing in _PEAK_TRICKS.items():
-        est = estimate_step(config, **_PEAK_STEP, checkpointing=checkpointing, device="cuda")
+        est = estimate_step(miniature(), **_PEAK_STEP, checkpointing=checkpointing, device="cuda")
         timeline = predicted_timeline(est)
         before, peak = tensor_total(timeline.points[0]), tensor_total(timeline.peak)  # before: weights, AdamW states
         after = before + est.grads_bytes
-        counter = StandInCounter(before, before + EARLIER_BYTES)
-        step = counter.replay(timeline.points[1:-1], after)
+        # the step: forward, backward, the optimizer step; then the gradients stay until the next zero_grad
+        counter = StandInCounter(before, before + EARLIER_BYTES, [*map(tensor_total, timeline.points[1:-1]), after])
         call = f"{name}(step, counter) on {what}"
-        got, feedback = kit.call_answer(fn, (step, counter), name=name, call=call, hint=hint)
+        got, feedback = kit.call_answer(fn, (counter.step, counter), name=name, call=call, hint=hint)
         if feedback is not None:  # not written yet, or it raised: without touching the counter, that is the slip
             return feedback if not feedback.answered or counter.used else kit.wrong(feedback.message, use_counter)
         if not counter.used:
@@ -153,19 +137,16 @@ def check_step_peak(fn: Any) -> Feedback:
             ),
             (
                 before,
-                "That is what the tensors held before the step (weights and AdamW states): the peak was read before "
-                "step() ran. Read it after the step.",
+                "That is what the tensors held before the step (weights and AdamW states): read the peak after step().",
             ),
             (
                 after,
-                "That is the memory in use after the step (memory_allocated, or a reset after the step): the "
-                "activations are freed by then. Read counter.max_memory_allocated() after step(), with no reset "
-                "between.",
+                "That is the memory in use after the step (memory_allocated, or a reset after it): the activations "
+                "are freed by then. Read counter.max_memory_allocated() after step(), with no reset between.",
             ),
             (
                 peak - before,
-                "That is the peak above what was in use before the step. Return the counter's peak itself: the "
-                "weights and AdamW states are part of it.",
+                "That is the peak above what was in use before the step: the weights and AdamW states count too.",
             ),
         ]
         for unit, size in (("GB", GB), ("GiB", 2**30), ("MB", 10**6), ("MiB", 2**20)):
@@ -190,10 +171,7 @@ def check_checkpointed_inputs(kept_gb: Any) -> Feedback:
     mistakes = [
         (expected / 4, "That is the count of numbers (in billions); each float32 number takes 4 bytes."),
         (expected / 2, "Full fine-tuning here runs in float32: 4 bytes per number, not 2."),
-        (
-            expected / arch.layers,
-            f"That is one layer's input; checkpointing keeps the input of each of the {arch.layers} layers.",
-        ),
+        (expected / arch.layers, f"One layer's input; checkpointing keeps one for each of the {arch.layers} layers."),
         (
             without,
             "That is everything the layers save *without* checkpointing; with it, each layer keeps only its input "
@@ -211,19 +189,14 @@ def check_adamw8bit_state(state_gb: Any) -> Feedback:
     # the answer, from the estimator (small tensors stay float32 there)
     step = estimate_step("smollm2-135m", method="full", optimizer="adamw8bit", batch=1, seq=1, device="cuda")
     expected = step.optimizer_bytes / GB
-    mistakes = [
-        (8 * n / GB, "That is AdamW in float32 (2 states x 4 bytes); 8-bit AdamW keeps 1 byte per state."),
-        (
-            2 * n / GB,
-            "Close: 2 states x 1 byte is right, but each state also keeps one float32 scale per block of 256 numbers.",
-        ),
-        (n / GB, "AdamW keeps two states per trained number (the running mean and the running square)."),
-        (4 * n / GB, "Each 8-bit state takes 1 byte per number, not 2."),
-        (
-            6 * n / GB,
-            "That is roughly what 8-bit AdamW *saves* (8 - 2 bytes per number); the question asks what it keeps.",
-        ),
-    ]
+    slips = {  # bytes per trained number: the hint each one earns
+        8: "That is AdamW in float32 (2 states x 4 bytes); 8-bit AdamW keeps 1 byte per state.",
+        2: "Close: 2 states x 1 byte is right, but each state also keeps one float32 scale per block of 256 numbers.",
+        1: "AdamW keeps two states per trained number (the running mean and the running square).",
+        4: "Each 8-bit state takes 1 byte per number, not 2.",
+        6: "That is roughly what 8-bit AdamW *saves* (8 - 2 bytes per number); the question asks what it keeps.",
+    }
+    mistakes = [(per_number * n / GB, slip) for per_number, slip in slips.items()]
     hint = "Per trained number: 2 states x 1 byte, plus 2 x 4 bytes for every block of 256 numbers."
     what = "the GB of 8-bit AdamW states"
     # tight tolerance: forgetting the block scales is only 1.6 % off
@@ -260,9 +233,7 @@ def check_kwame_choice(choice: Any) -> Feedback:
     left = {
         "checkpointing": "the AdamW states, the weights and, at the optimizer step, all gradients stay",
         "8-bit AdamW": "the activations saved for backward are the biggest part, and they stay",
-        "bf16 autocast": (
-            "activations shrink to 2 bytes, but autocast adds a 16-bit copy of every weight and the states stay"
-        ),
+        "bf16 autocast": "activations halve, but autocast adds a 16-bit copy of every weight and the states stay",
         "accumulation": "the activations shrink, but the AdamW states, the weights and the gradients stay",
     }
     hints = {}

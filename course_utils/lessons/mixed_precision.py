@@ -59,10 +59,9 @@ def loss_curves(curves: Mapping[str, list[float]]) -> Any:
     for i, (label, losses) in enumerate(curves.items()):
         if len(losses) == 0:
             raise ValueError(f"curve {label!r} has no losses")
-        values = torch.tensor(losses, dtype=torch.float64)
-        kernel = min(10, len(values))
-        running = F.avg_pool1d(values[None, None], kernel, stride=1)[0, 0]
-        steps = list(range(kernel, len(values) + 1))
+        kernel = min(10, len(losses))
+        running = torch.tensor(losses, dtype=torch.float64).unfold(0, kernel, 1).mean(1)  # each window's mean
+        steps = list(range(kernel, len(losses) + 1))
         style = "-" if i == 0 else "--"  # the first run (float32) solid, the 16-bit runs dashed
         ax.plot(steps, running.tolist(), style, color=palette[i % len(palette)], label=label, linewidth=1.8)
     ax.set_ylim(bottom=0)
@@ -83,9 +82,7 @@ def tiny_update_widget(update: float = 1e-4) -> Any:
 
     update = checks.number(update, "update", 1e-9, 1e-1)
     dtype = w.Dropdown(options=_DTYPE_OPTIONS, value="bfloat16", description="weight in")
-    slider = w.FloatLogSlider(
-        value=update, base=10, min=-9, max=-1, step=0.05, description="lr × grad", readout_format=".2e"
-    )
+    slider = w.FloatLogSlider(value=update, min=-9, max=-1, step=0.05, description="lr × grad", readout_format=".2e")
     return kit.view_panel(precision.update_report, dtype=dtype, update=slider)
 
 
@@ -143,10 +140,7 @@ def check_small_weight_update(answer: Any) -> Feedback:
             f"{UPDATE:g} is smaller than the 1e-4 that vanished on a weight of 1.0, but this weight is 50 "
             f"times smaller, and so are its gaps. {scale}"
         ),
-        "both": (
-            f"bfloat16 keeps only 8 significant bits: on {WEIGHT} it needs an update of at least "
-            f"{bf16_needs:.2g}. {scale}"
-        ),
+        "both": f"bfloat16 has only 8 significant bits: on {WEIGHT} an update needs at least {bf16_needs:.2g}. {scale}",
         "bfloat16 only": (
             "bfloat16's strength is range, not precision: it has 3 fewer fraction bits than float16, "
             f"so its gaps are 8 times wider. {scale}"
@@ -185,8 +179,7 @@ def _step_case() -> tuple[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler
     batches = [(torch.randn(8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
     batches[1] = (batches[1][0] * _OVERFLOW_FACTOR, batches[1][1])
     model = digits.make_mlp(hidden=16, seed=0, in_features=8, out_features=4)
-    optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR)
-    return model, optimizer, torch.amp.GradScaler("cpu"), batches
+    return model, torch.optim.SGD(model.parameters(), lr=_STEP_LR), torch.amp.GradScaler("cpu"), batches
 
 
 def _weights(model: nn.Module) -> torch.Tensor:
@@ -242,8 +235,8 @@ _SCALER_ERRORS = {
         "scaler.scale(loss).backward(), not loss.backward()."
     ),
     "No inf checks were recorded prior to update": (
-        "scaler.update() found no step to judge: call scaler.step(optimizer), not optimizer.step(), then "
-        "scaler.update()."
+        "scaler.update() found no step to judge: call "
+        "scaler.step(optimizer), not optimizer.step(), then scaler.update()."
     ),
     "No inf checks were recorded for this optimizer": (
         "scaler.step found no gradients: zero them before the backward pass or after the step, never between the two."
@@ -277,22 +270,18 @@ def _step_slip(i: int, got: StepResult, want: StepResult, scale_before: float) -
                 )
             return f"Step {i} did not move the weights. {_STEP_HINT}"
         ratio = float(got.delta @ want.delta) / float(want.delta @ want.delta)
-        for factor, hint in (
-            (
-                1 / scale_before,
+        if math.isclose(ratio, 1 / scale_before, rel_tol=0.05):
+            return (
                 f"Step {i} moved the weights {scale_before:,.0f} times too little: scaler.step divides the gradients "
-                "by the scale, so they must come from scaler.scale(loss).backward(), not loss.backward().",
-            ),
-            (
-                scale_before,
+                "by the scale, so they must come from scaler.scale(loss).backward(), not loss.backward()."
+            )
+        if math.isclose(ratio, scale_before, rel_tol=0.05):
+            return (
                 f"Step {i} moved the weights {scale_before:,.0f} times too far: optimizer.step() used the scaled "
-                "gradients. Call scaler.step(optimizer): it divides them by the scale first, and skips the step when "
-                "one is inf or nan.",
-            ),
-            (2.0, f"Step {i} moved the weights twice: scaler.step(optimizer) calls optimizer.step() itself."),
-        ):
-            if math.isclose(ratio, factor, rel_tol=0.05):
-                return hint
+                "gradients. Call scaler.step(optimizer): it divides them by the scale and skips a step with inf or nan."
+            )
+        if math.isclose(ratio, 2.0, rel_tol=0.05):
+            return f"Step {i} moved the weights twice: scaler.step(optimizer) calls optimizer.step() itself."
         return f"Step {i} moved the weights differently from the recipe. {_STEP_HINT}"
     if got.scale != want.scale:
         return (
@@ -314,12 +303,12 @@ def check_fp16_step(fn: Any) -> Feedback:
     name = "fp16_step"
     want, _ = _run_steps(_reference_step)
     got, feedback = _run_steps(fn, name)
-    scale_before = torch.amp.GradScaler("cpu").get_scale()  # the scale a fresh scaler starts from: 65,536
-    for i, (mine, right_step) in enumerate(zip(got, want), 1):
+    # the scale before each step: a fresh scaler's (65,536), then the recipe's after each step
+    scales_before = [torch.amp.GradScaler("cpu").get_scale(), *(step.scale for step in want)]
+    for i, (mine, right_step, scale_before) in enumerate(zip(got, want, scales_before), 1):
         slip = _step_slip(i, mine, right_step, scale_before)
         if slip is not None:
             return kit.wrong(f"{name} differs from the recipe at step {i} of {len(want)}.", slip)
-        scale_before = mine.scale
     if feedback is not None:
         return feedback
     return kit.right(

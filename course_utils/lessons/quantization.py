@@ -7,8 +7,6 @@ in its own words, with the numbers it prints); each widget is a plain ``*_view``
 retyped.
 """
 
-from __future__ import annotations
-
 import itertools
 import math
 import textwrap
@@ -256,9 +254,7 @@ def format_view(fmt: str, scales: str | int, model: torch.nn.Module, data: digit
             f"{score.scale_bytes // quant.SCALE_BYTES:,} float32 scales ({score.scale_bytes:,} bytes)."
         )
     elif fmt != "float32":
-        lines.append(
-            "A 16-bit float rounds each weight on its own: no scales (the scale setting applies to int formats only)."
-        )
+        lines.append("A 16-bit float rounds each weight on its own: no scales (the scales menu is for int formats).")
     bars = "; ".join(f"{name} {ours} and {theirs}" for name, ours, theirs, _ in rows)  # the table's numbers
     description = f"Three bar charts, float32 (left bar) next to {label} (right bar): {bars}."
     text = "\n".join(lines) + "\n\n" + textwrap.fill("Text description of the chart: " + description, width=100)
@@ -291,10 +287,8 @@ def format_widget(model: torch.nn.Module, data: digits.DigitsData) -> Any:
     (the digits network) on ``data``."""
     import ipywidgets as w
 
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(data, digits.DigitsData):
-        raise TypeError(f"data must be a DigitsData (from load_digits_data), got {type(data).__name__}")
+    checks.instance(model, "model", torch.nn.Module, "a torch.nn.Module")
+    checks.instance(data, "data", digits.DigitsData, "a DigitsData (from load_digits_data)")
     fmt = w.Dropdown(options=list(digits.FORMATS), value="int4", description="format")
     scales = w.Dropdown(options=list(SCALE_CHOICES), value="row", description="scales")
     w.dlink((fmt, "value"), (scales, "disabled"), lambda value: not value.startswith("int"))  # floats have no scales
@@ -309,10 +303,7 @@ def check_int4_block_bytes(answer: Any) -> Feedback:
     n = 11008 * 4096  # one MLP matrix of a 7-billion-parameter model (hidden 4096, MLP 11008)
     parts = quant.packed_storage(n, 4, 64)
     blocks = parts.scales // quant.SCALE_BYTES
-    as_bytes = (
-        "weights x 4 counts bits (or 4 bytes a weight, as in float32). A 4-bit code is half a byte: the codes "
-        "take weights x 4 / 8 bytes."
-    )
+    as_bytes = "weights x 4 counts bits, or float32's 4 bytes a weight. A 4-bit code is half a byte: weights / 2 bytes."
     mistakes = [
         (parts.codes, "That is the codes alone: add one 4-byte scale for every block of 64 weights."),
         (n * 4 + parts.scales, as_bytes),
@@ -334,8 +325,7 @@ def check_int4_block_bytes(answer: Any) -> Feedback:
         mistakes=mistakes,
         unit="bytes",
         hint="Codes: weights x 4 bits / 8. Scales: (weights / 64) blocks x 4 bytes. Add both.",
-        why=f"{parts.codes:,} bytes of codes + {parts.scales:,} bytes of scales, "
-        f"{parts.total * 8 / n:g} bits per weight.",
+        why=f"{parts.codes:,} bytes of codes + {parts.scales:,} of scales, {parts.total * 8 / n:g} bits per weight.",
     )
 
 
@@ -369,11 +359,7 @@ def _scale_slip(x: torch.Tensor, scale: float) -> str:
         (-low / 127, "Use the largest absolute value, x.abs().max(): here the extreme is positive."),
         (127 / absmax, "The scale is max|x| / 127 (the gap between two levels), not its inverse."),
         (absmax, "Divide max|x| by q_max = 127: the scale is the gap between two levels, not the largest |x|."),
-        (
-            (high - low) / 255,
-            "That is the scale with a zero-point (levels 0..255). Here the levels are "
-            "symmetric, -127..127: s = max|x| / 127.",
-        ),
+        ((high - low) / 255, "That is the scale with a zero-point (0..255); here s = max|x| / 127 (levels -127..127)."),
     ]
     return next(
         (hint for value, hint in slips if math.isclose(scale, value, rel_tol=1e-6)),
@@ -387,14 +373,10 @@ def _codes_slip(cases: list[torch.Tensor], codes: list[torch.Tensor]) -> str:
     slips = [
         (
             lambda x, s: torch.trunc(x / s),
-            "Round to the nearest level with torch.round: .int(), .long() or "
-            ".to(torch.int8) cut the fraction off instead.",
+            "Round to the nearest level with torch.round: .int(), .long() or .to(torch.int8) cut the fraction off.",
         ),
         (lambda x, s: torch.floor(x / s), "Round to the nearest level with torch.round, not floor."),
-        (
-            lambda x, s: torch.round(x / s) * s,
-            "Return the codes q = torch.round(x / s), the stored integers, not the read-back q * s.",
-        ),
+        (lambda x, s: torch.round(x / s) * s, "Return the codes q = torch.round(x / s), not the read-back q * s."),
         (lambda x, s: torch.round(x * s), "Divide by the scale: q = torch.round(x / s), not x * s."),
     ]
     for slip, hint in slips:

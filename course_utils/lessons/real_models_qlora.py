@@ -6,8 +6,7 @@ the 4-bit size and a learner's QLoRA recipe (on a two-layer model of SmolLM2's s
 counts as lines a learner reads.
 """
 
-from __future__ import annotations
-
+from collections import Counter
 from dataclasses import asdict
 from functools import lru_cache
 from typing import Any, Sequence
@@ -17,8 +16,8 @@ import torch
 from course_utils import checks
 from course_utils.architecture import PROJECTIONS, count_parameters, lora_adapter_params
 from course_utils.configs import read_config
-from course_utils.footprint import Part, four_bit_ratio_report
-from course_utils.models import dtype_kwargs, transformers_config
+from course_utils.footprint import Part, computed_sizes, footprint_parts, four_bit_ratio_report
+from course_utils.models import dtype_kwargs, meta_model, transformers_config
 from course_utils.quiet import quiet_libraries
 from course_utils.standin import STANDIN_CONFIG
 from course_utils.tickets import TEAMS, Ticket, chance_tail, team_named, wilson_interval
@@ -108,9 +107,6 @@ SIZE_MODEL = "qwen3-4b-instruct-2507.json"
 def size_facts() -> dict[str, Any]:
     """Exercise 1's givens and answer, counted on the meta device: :class:`~course_utils.footprint.ComputedSizes`'
     fields (parameters, bytes at 16 and 4 bits, NF4 scales) and the parameters in each kind of part."""
-    from course_utils.footprint import computed_sizes, footprint_parts
-    from course_utils.models import meta_model
-
     sizes = computed_sizes(SIZE_MODEL)
     parts = {p.name: p.params for p in footprint_parts(meta_model(SIZE_MODEL), 16)}
     embedding, linears = parts["embedding table"], sum(n for name, n in parts.items() if "linears" in name)
@@ -124,8 +120,7 @@ def check_four_bit_size(answer_gb: Any) -> Feedback:
     mistakes = [
         (
             f["params"] * 0.5 / GB,
-            "That is every parameter at 4 bits. The embedding table and the norms are not "
-            "linear layers: they stay 16-bit, 2 bytes each.",
+            "That is every parameter at 4 bits. The embedding table and norms are not linear layers: they stay 16-bit.",
         ),
         (
             f["bytes16"] / GB,
@@ -133,14 +128,12 @@ def check_four_bit_size(answer_gb: Any) -> Feedback:
         ),
         (
             (f["bytes4"] + 2 * f["embedding"]) / GB,
-            "You counted the embedding table twice. The lm_head is tied: it "
-            "shares the table's matrix, so it adds nothing.",
+            "You counted the embedding table twice: the tied lm_head shares the table's matrix, so it adds nothing.",
         ),
         (f["params"] * 4 / GB, "4 bits is half a byte, not 4 bytes."),
         (
             (f["bytes4"] + f["scales4"]) / GB,
-            "That includes the NF4 scales (one float32 per 64 weights); "
-            "get_memory_footprint() leaves them out, and so does this question.",
+            "That adds the NF4 scales (a float32 per 64 weights); get_memory_footprint() and this question omit them.",
         ),
     ]
     return kit.check_number(
@@ -182,18 +175,23 @@ ADAPTER_HINTS = {
     "the model given": "get_peft_model changes the model in place but returns a new wrapper: return that.",
     "no task": 'Give LoraConfig task_type="CAUSAL_LM": peft then wraps a causal language model (labels, generate).',
     "prepared after": "prepare_model_for_kbit_training freezes every parameter: call it first, then get_peft_model.",
-    "not prepared": "Call prepare_model_for_kbit_training(model) first: it freezes the model and upcasts its 16-bit "
-    "parts (embedding, norms) to float32.",
+    "not prepared": (
+        "Call prepare_model_for_kbit_training(model) first: it freezes the model and upcasts its 16-bit "
+        "parts (embedding, norms) to float32."
+    ),
     "extra targets": "The recipe adapts the seven projections only (target_modules), not the embedding or lm_head.",
     "missing targets": f"The recipe targets all seven projections: {', '.join(PROJECTIONS)}.",
     "some layers": "The recipe adapts every decoder layer: leave layers_to_transform out.",
     "rank": f"The recipe's rank is r={RECIPE_RANK}.",
-    "alpha": f"lora_alpha / r should be {RECIPE_ALPHA} / {RECIPE_RANK} = {RECIPE_ALPHA / RECIPE_RANK:g}: give "
-    f"lora_alpha={RECIPE_ALPHA} (peft's default is 8).",
-    "modules_to_save": "Leave modules_to_save out: it trains a full copy of that module, and the recipe trains the "
-    "adapters only.",
-    "other numbers": f"The recipe: LoraConfig(r={RECIPE_RANK}, lora_alpha={RECIPE_ALPHA}, target_modules=projections, "
-    'task_type="CAUSAL_LM") and nothing else (no use_dora, no modules_to_save).',
+    "alpha": (
+        f"lora_alpha / r should be {RECIPE_ALPHA} / {RECIPE_RANK} = {RECIPE_ALPHA / RECIPE_RANK:g}: give "
+        f"lora_alpha={RECIPE_ALPHA} (peft's default is 8)."
+    ),
+    "modules_to_save": "Leave modules_to_save out: it trains a full module copy; the recipe trains the adapters only.",
+    "other numbers": (
+        f"The recipe: LoraConfig(r={RECIPE_RANK}, lora_alpha={RECIPE_ALPHA}, target_modules=projections, "
+        'task_type="CAUSAL_LM") and nothing else (no use_dora, no modules_to_save).'
+    ),
 }
 
 
@@ -286,9 +284,9 @@ def confusion_table(answers: Sequence[str], tickets: Sequence[Ticket]) -> str:
     """Right team (rows) against the team each answer names (columns; "none": no team, or several)."""
     if len(answers) != len(tickets):
         raise ValueError(f"need one answer per ticket, got {len(answers)} answers for {len(tickets)} tickets")
-    named = [team_named(a) for a in answers]
-    lines = ["right team  answered: " + " ".join(f"{team or 'none':>9}" for team in (*TEAMS, None))]
+    counts = Counter((t.team, team_named(a)) for t, a in zip(tickets, answers))
+    columns = (*TEAMS, None)
+    lines = ["right team  answered: " + " ".join(f"{team or 'none':>9}" for team in columns)]
     for gold in TEAMS:
-        counts = [sum(t.team == gold and n == team for t, n in zip(tickets, named)) for team in (*TEAMS, None)]
-        lines.append(f"{gold:<21}" + " ".join(f"{c:>9}" for c in counts))
+        lines.append(f"{gold:<21}" + " ".join(f"{counts[gold, team]:>9}" for team in columns))
     return "\n".join(lines)
