@@ -363,6 +363,16 @@ def test_each_row_quotes_the_course_text(row):
 
 
 @needs_course_text
+def test_the_closing_table_carries_the_course_texts_rows():
+    """05's closing table starts with the text's own three rows (tab-separated there), word for word."""
+    from course_utils.trick_claims import COMPARISON
+
+    lines = course_lines("000")
+    header = lines.index(normalize("Technique\tWhat changes?\tMain benefit\tMain trade-off"))
+    assert [normalize(" ".join(row)) for row in COMPARISON[:3]] == lines[header + 1 : header + 4]
+
+
+@needs_course_text
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_rows_hold_every_figure_of_the_course_text(seed):
     """The rows quote exactly what the text states: every line it shows printed, and every quantity of its prose."""

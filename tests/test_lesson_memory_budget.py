@@ -140,18 +140,9 @@ def test_check_best_methods_unknown_option() -> None:
 # Charts and the two planners (their callbacks are plain functions)
 # --------------------------------------------------------------------------------------------
 def _peak_parts() -> list[tuple[str, float]]:
-    from types import SimpleNamespace
+    from test_memory import _fake_measurement
 
-    return mem.account_for_peak(
-        SimpleNamespace(
-            peak_bytes=1.9e9,
-            baseline_bytes=0.45e9,
-            weights_bytes=0.54e9,
-            grads_bytes=1.8e6,
-            optimizer_bytes=3.7e6,
-            saved_activations_bytes=0.6e9,
-        )
-    )
+    return mem.account_for_peak(_fake_measurement())
 
 
 def test_methods_chart_has_title_labels_and_the_three_70_percent_lines() -> None:
